@@ -1,0 +1,131 @@
+/* powerinfer.h - the whole boundary between Python (cffi reads this file) and the native core.
+ *
+ * Conventions:
+ *  - Every fallible call returns an int status (PI_OK == 0). On failure, pi_last_error()
+ *    gives a message for the calling thread, valid until its next failing call.
+ *  - Objects are opaque handles. Whoever gets one from a _new or _load call owns it and frees it with
+ *    the matching *_free, which accepts NULL. A context borrows its model: free contexts first.
+ *  - Pointers returned by getters are borrowed and live as long as the object they came from.
+ *  - Nothing here prints, exits or aborts; input from files is checked before it is used.
+ *
+ * cffi reads the text between the CDEF markers, so it holds plain C declarations only. */
+#ifndef POWERINFER_H
+#define POWERINFER_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+#if defined(_WIN32)
+#define PI_API __declspec(dllexport)
+#else
+#define PI_API __attribute__((visibility("default")))
+#endif
+
+/* CDEF-BEGIN */
+enum {
+    PI_OK = 0,
+    PI_ERR_IO = 1,          /* cannot open, map or read a file */
+    PI_ERR_FORMAT = 2,      /* the file is not a valid GGUF, or is truncated or inconsistent */
+    PI_ERR_UNSUPPORTED = 3, /* a valid file using a type or architecture we do not run */
+    PI_ERR_NOMEM = 4,       /* an allocation failed */
+    PI_ERR_ARG = 5,         /* a bad argument from the caller */
+    PI_ERR_CONTEXT = 6      /* the tokens do not fit into the context */
+};
+
+PI_API const char *pi_status_str(int status);
+PI_API const char *pi_last_error(void);
+
+/* ---- model: a memory-mapped GGUF file, its metadata and its weights ---- */
+typedef struct pi_model pi_model;
+
+typedef struct {
+    int vocab_only; /* parse metadata only; no weights are checked or bound */
+} pi_model_params;
+
+PI_API pi_model_params pi_model_default_params(void);
+PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **out);
+PI_API void pi_model_free(pi_model *model);
+
+typedef struct {
+    int32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff, n_rot;
+    float norm_eps, rope_freq_base, rope_freq_scale;
+    int32_t ffn_act;  /* PI_ACT_* */
+    int32_t tied_output;
+} pi_model_info;
+
+enum { PI_ACT_SILU_GLU = 0, PI_ACT_RELU_GLU = 1, PI_ACT_RELU_RELU_GLU = 2, PI_ACT_GELU_GLU = 3 };
+
+PI_API int pi_model_get_info(const pi_model *model, pi_model_info *out);
+PI_API const char *pi_model_describe(const pi_model *model); /* multi-line text of every layer's tensors */
+
+/* Metadata, in file order. Values of scalar keys are returned converted; arrays expose their
+ * element type, length and (for numeric arrays) a pointer to their little-endian data. */
+enum {
+    PI_META_UINT8 = 0, PI_META_INT8 = 1, PI_META_UINT16 = 2, PI_META_INT16 = 3,
+    PI_META_UINT32 = 4, PI_META_INT32 = 5, PI_META_FLOAT32 = 6, PI_META_BOOL = 7,
+    PI_META_STRING = 8, PI_META_ARRAY = 9, PI_META_UINT64 = 10, PI_META_INT64 = 11,
+    PI_META_FLOAT64 = 12
+};
+
+typedef struct {
+    const char *key;       /* not NUL-terminated: key_len bytes */
+    uint64_t key_len;
+    int32_t type;          /* PI_META_* */
+    int64_t i;             /* integer and bool values */
+    uint64_t u;            /* unsigned values (also set for non-negative signed ones) */
+    double f;              /* float values */
+    const char *str;       /* string value (str_len bytes, not NUL-terminated) */
+    uint64_t str_len;
+    int32_t arr_type;      /* element type of an array */
+    uint64_t arr_len;
+    const void *arr_data;  /* numeric arrays: arr_len packed elements; NULL for string arrays */
+} pi_meta;
+
+PI_API int64_t pi_model_meta_count(const pi_model *model);
+PI_API int pi_model_meta_get(const pi_model *model, int64_t index, pi_meta *out);
+/* Element j of a string array at metadata index `index`. */
+PI_API int pi_model_meta_array_str(const pi_model *model, int64_t index, uint64_t j,
+                                   const char **str, uint64_t *len);
+
+/* ---- context: KV cache, scratch buffers, thread pool ---- */
+typedef struct pi_context pi_context;
+
+typedef struct {
+    uint32_t n_ctx;          /* KV cache length in tokens; 0 = the model's trained length */
+    uint32_t n_batch;        /* most tokens evaluated in one forward step */
+    int32_t n_threads;       /* threads for single-token decode; <= 0 = all cores */
+    int32_t n_threads_batch; /* threads for prefill batches; <= 0 = n_threads */
+    int32_t logits_all;      /* keep logits of every position (n_ctx rows), not only the last */
+    int32_t kernel_impl;     /* 0 auto, 1 scalar reference, 2 avx2, 3 avx512 */
+} pi_context_params;
+
+PI_API pi_context_params pi_context_default_params(void);
+PI_API int pi_context_new(pi_model *model, pi_context_params params, pi_context **out);
+PI_API void pi_context_free(pi_context *ctx);
+PI_API uint32_t pi_context_n_ctx(const pi_context *ctx);
+PI_API const char *pi_context_kernels(const pi_context *ctx); /* "ref", "avx2", "avx512" */
+
+/* Evaluate n_tokens tokens at positions pos .. pos+n_tokens-1. KV entries at positions >= pos
+ * are dropped first, so a caller rewinds by passing a smaller pos. Splits into n_batch chunks. */
+PI_API int pi_decode(pi_context *ctx, const int32_t *tokens, int32_t n_tokens, int32_t pos);
+
+/* The logits buffer, owned by the context: [n_ctx][n_vocab] with logits_all (row = position),
+ * else [1][n_vocab] holding the last evaluated position. *rows receives the row count. */
+PI_API float *pi_get_logits(pi_context *ctx, int32_t *rows);
+
+/* ---- kernels, exposed for tests and micro-benchmarks ---- */
+/* Y[t][r] = dot(row r of W, X[t]) for t < nt, r < n_rows; W holds n_rows rows of n weights in
+ * `type`; X is float [nt][n], quantized inside as the forward pass does. */
+PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t n,
+                            const float *X, int32_t nt, float *Y);
+/* out[0..n) = dequantized weights of one row of n weights. */
+PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_t n, float *out);
+/* Bytes of one row of n weights of `type`; 0 when unsupported or n is not a block multiple. */
+PI_API uint64_t pi_type_row_bytes(int32_t type, int64_t n);
+/* CDEF-END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

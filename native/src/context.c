@@ -1,0 +1,170 @@
+/* context.c - create a run state, evaluate tokens in n_batch chunks, hand out logits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "context.h"
+#include "status.h"
+
+PI_API pi_context_params pi_context_default_params(void) {
+    pi_context_params p = { .n_ctx = 512, .n_batch = 512, .n_threads = 0, .n_threads_batch = 0,
+                            .logits_all = 0, .kernel_impl = PI_IMPL_AUTO };
+    return p;
+}
+
+static int cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Sizes of every buffer, in floats (or blocks), computed once so the total can be checked first. */
+typedef struct {
+    size_t kv, x, xn, xq, q, k, gate, rope, inv_freq, att, out_x, out_q, logits;
+} buffer_sizes;
+
+static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_threads, int logits_rows) {
+    const pi_model_info *h = &m->info;
+    size_t q_dim = (size_t)h->n_head * m->head_dim, kv_dim = (size_t)h->n_head_kv * m->head_dim;
+    size_t max_dim = (size_t)h->n_embd;
+    if (q_dim > max_dim) max_dim = q_dim;
+    if ((size_t)h->n_ff > max_dim) max_dim = (size_t)h->n_ff;
+    buffer_sizes s = {
+        .kv = (size_t)h->n_layer * n_ctx * kv_dim,
+        .x = (size_t)B * h->n_embd,
+        .xn = (size_t)B * max_dim,
+        .xq = (size_t)B * ((max_dim + QK - 1) / QK),
+        .q = (size_t)B * q_dim,
+        .k = (size_t)B * kv_dim,
+        .gate = (size_t)B * h->n_ff,
+        .rope = (size_t)B * (size_t)h->n_rot,
+        .inv_freq = (size_t)h->n_rot / 2,
+        .att = (size_t)n_threads * n_ctx,
+        .out_x = (size_t)B * h->n_embd,
+        .out_q = (size_t)B * ((size_t)(h->n_embd + QK - 1) / QK),
+        .logits = (size_t)logits_rows * h->n_vocab,
+    };
+    return s;
+}
+
+static double total_bytes(const buffer_sizes *s) {
+    double floats = s->kv /* two f16 caches */ + s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
+                    2.0 * s->out_x + s->logits;
+    return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x);
+}
+
+PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
+    if (!m || !out) return pi_set_error(PI_ERR_ARG, "pi_context_new: NULL argument");
+    *out = NULL;
+    if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it cannot be evaluated");
+    const pi_model_info *h = &m->info;
+    uint32_t n_ctx = p.n_ctx ? p.n_ctx : (uint32_t)h->n_ctx_train;
+    uint32_t n_batch = p.n_batch ? p.n_batch : 512;
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    if (n_ctx > (1u << 24)) return pi_set_error(PI_ERR_ARG, "n_ctx %u is too large", n_ctx);
+    int n_threads = p.n_threads > 0 ? p.n_threads : cpu_count();
+    int n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : n_threads;
+    int pool_size = n_threads > n_threads_batch ? n_threads : n_threads_batch;
+    int logits_rows = p.logits_all ? (int)n_ctx : 1;
+    buffer_sizes s = plan(m, n_ctx, n_batch, pool_size, logits_rows);
+
+    /* refuse before allocating: a KV cache larger than the machine's memory cannot work */
+    double need = total_bytes(&s);
+    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (phys > 0 && need > phys)
+        return pi_set_error(PI_ERR_NOMEM,
+                            "a context of n_ctx=%u needs %.1f MiB (KV cache %.1f MiB), more than the %.1f MiB of RAM",
+                            n_ctx, need / 1048576.0, 2.0 * s.kv * sizeof(pi_fp16) / 1048576.0, phys / 1048576.0);
+
+    pi_context *c = calloc(1, sizeof *c);
+    if (!c) return pi_set_error(PI_ERR_NOMEM, "no memory for the context");
+    c->model = m;
+    c->params = p;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    c->params.n_threads = n_threads;
+    c->params.n_threads_batch = n_threads_batch;
+    c->logits_rows = logits_rows;
+    if (pi_kernels_init(&c->kern, p.kernel_impl) != 0) {
+        free(c);
+        return pi_set_error(PI_ERR_UNSUPPORTED, "kernel implementation %d is not available on this CPU", p.kernel_impl);
+    }
+    pi_vec_ops_init(&c->vec, p.kernel_impl != PI_IMPL_REF);
+    c->k_cache = calloc(s.kv, sizeof(pi_fp16));
+    c->v_cache = calloc(s.kv, sizeof(pi_fp16));
+    c->x = malloc(s.x * sizeof(float));
+    c->xn = malloc(s.xn * sizeof(float));
+    c->xq = malloc(s.xq * sizeof(block_q8x));
+    c->q = malloc(s.q * sizeof(float));
+    c->k = malloc(s.k * sizeof(float));
+    c->v = malloc(s.k * sizeof(float));
+    c->gate = malloc(s.gate * sizeof(float));
+    c->up = malloc(s.gate * sizeof(float));
+    c->rope_cs = malloc(s.rope * sizeof(float));
+    c->inv_freq = malloc((s.inv_freq + 1) * sizeof(float));
+    c->att = malloc(s.att * sizeof(float));
+    c->out_x = malloc(s.out_x * sizeof(float));
+    c->delta = malloc(s.out_x * sizeof(float));
+    c->out_q = malloc(s.out_q * sizeof(block_q8x));
+    c->logits = calloc(s.logits, sizeof(float));
+    if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq || !c->q || !c->k || !c->v || !c->gate || !c->up ||
+        !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q || !c->logits) {
+        pi_context_free(c);
+        return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
+    }
+    /* theta_i = pos * base^(-2i/n_rot) * freq_scale, divided by rope_freqs when the model has them */
+    for (int i = 0; i < h->n_rot / 2; i++) {
+        double f = pow((double)h->rope_freq_base, -2.0 * i / h->n_rot) * h->rope_freq_scale;
+        if (m->rope_freqs) f /= m->rope_freqs[i];
+        c->inv_freq[i] = (float)f;
+    }
+    int rc = pi_threadpool_new(pool_size, &c->pool);
+    if (rc) {
+        pi_context_free(c);
+        return rc;
+    }
+    *out = c;
+    return PI_OK;
+}
+
+PI_API void pi_context_free(pi_context *c) {
+    if (!c) return;
+    pi_threadpool_free(c->pool);
+    free(c->k_cache); free(c->v_cache); free(c->x); free(c->xn); free(c->xq); free(c->q); free(c->k); free(c->v);
+    free(c->gate); free(c->up); free(c->rope_cs); free(c->inv_freq); free(c->att);
+    free(c->out_x); free(c->delta); free(c->out_q); free(c->logits);
+    free(c);
+}
+
+PI_API uint32_t pi_context_n_ctx(const pi_context *c) { return c ? c->n_ctx : 0; }
+
+PI_API const char *pi_context_kernels(const pi_context *c) { return c ? c->kern.name : ""; }
+
+PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int32_t pos) {
+    if (!c || (!tokens && n_tokens > 0)) return pi_set_error(PI_ERR_ARG, "pi_decode: NULL argument");
+    if (n_tokens < 0 || pos < 0 || pos > c->n_past)
+        return pi_set_error(PI_ERR_ARG, "pi_decode: position %d with %d tokens is invalid (%d cached)", pos, n_tokens,
+                            c->n_past);
+    if ((int64_t)pos + n_tokens > (int64_t)c->n_ctx)
+        return pi_set_error(PI_ERR_CONTEXT, "Requested tokens (%lld) exceed context window of %u",
+                            (long long)pos + n_tokens, c->n_ctx);
+    const int32_t n_vocab = c->model->info.n_vocab;
+    for (int32_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return pi_set_error(PI_ERR_ARG, "token id %d at index %d is outside the vocabulary of %d", tokens[i], i,
+                                n_vocab);
+    c->n_past = pos;
+    for (int32_t done = 0; done < n_tokens;) {
+        int n = n_tokens - done < (int32_t)c->n_batch ? n_tokens - done : (int32_t)c->n_batch;
+        int last_chunk = done + n == n_tokens;
+        int rc = pi_forward(c, tokens + done, n, c->params.logits_all ? PI_LOGITS_ALL : last_chunk ? PI_LOGITS_LAST : PI_LOGITS_NONE);
+        if (rc) return rc;
+        done += n;
+    }
+    return PI_OK;
+}
+
+PI_API float *pi_get_logits(pi_context *c, int32_t *rows) {
+    if (rows) *rows = c ? c->logits_rows : 0;
+    return c ? c->logits : NULL;
+}

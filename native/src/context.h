@@ -1,0 +1,45 @@
+/* context.h - the run state of one sequence: KV cache, scratch buffers, kernels, threads.
+ * Everything is allocated once in pi_context_new; a decode step allocates nothing. */
+#ifndef PI_CONTEXT_H
+#define PI_CONTEXT_H
+#include "kernels/kernels.h"
+#include "model.h"
+#include "threadpool.h"
+#include "vec.h"
+
+struct pi_context {
+    pi_model *model;            /* borrowed */
+    pi_context_params params;
+    uint32_t n_ctx, n_batch;
+    int32_t n_past;             /* positions held in the KV cache */
+    pi_kernels kern;
+    pi_vec_ops vec;
+    pi_threadpool *pool;
+
+    /* KV cache in f16 (llama.cpp's default, and half the bytes), [n_layer][n_ctx][kv_dim] each */
+    pi_fp16 *k_cache, *v_cache;
+
+    /* scratch for a batch of up to n_batch tokens (B) */
+    float *x;           /* [B][n_embd]   residual stream */
+    float *xn;          /* [B][max_dim]  normed input of attention / FFN, then attention output */
+    block_q8x *xq;      /* [B][max_dim/32] quantized activations for the block-format matmuls */
+    float *q;           /* [B][q_dim] */
+    float *k, *v;       /* [B][kv_dim]   new keys/values before they enter the cache */
+    float *gate, *up;   /* [B][n_ff]     gate is overwritten with the activation product */
+    float *rope_cs;     /* [B][n_rot/2][2] cos, sin per token */
+    float *inv_freq;    /* [n_rot/2] */
+    float *att;         /* [n_threads][n_ctx] attention scores, one row per thread */
+    float *delta;       /* [B][n_embd]   output of attention or FFN before the residual add */
+    float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */
+    block_q8x *out_q;   /* [B][n_embd/32] */
+    float *logits;      /* [logits_rows][n_vocab] */
+    int32_t logits_rows;
+};
+
+enum { PI_LOGITS_NONE = 0, PI_LOGITS_LAST = 1, PI_LOGITS_ALL = 2 };
+
+/* Run the transformer on tokens[0..n) at positions ctx->n_past.. (n <= n_batch), appending
+ * their keys and values to the cache and writing the logits that logits_mode asks for. */
+int pi_forward(pi_context *ctx, const int32_t *tokens, int n, int logits_mode);
+
+#endif

@@ -1,0 +1,241 @@
+/* forward.c - the transformer forward pass for a batch of tokens, read top to bottom in pi_forward.
+ *
+ * Shapes: B tokens in this step, d = n_embd, hd = head_dim, q_dim = n_head*hd, kv_dim = n_head_kv*hd.
+ * Matmuls and attention run on the thread pool; the O(d) steps between them run on the caller. */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "context.h"
+#include "status.h"
+
+/* ---- parallel matmul: one task covers up to three weights that read the same input ---- */
+
+typedef struct {
+    const pi_weight *w;
+    float *Y;          /* [nt][y_stride], row i of the weight lands in column i */
+} mm_target;
+
+typedef struct {
+    const pi_kernels *kern;
+    pi_act x;
+    int nt;
+    mm_target targets[3];
+    int n_targets;
+    int rows_per_chunk, toks_per_chunk;
+    int chunks[3];      /* chunks of each target */
+    int n_chunks;
+    atomic_int next;    /* chunks are claimed dynamically, so a slower core simply takes fewer */
+} mm_task;
+
+static void mm_worker(void *arg, int ith, int nth) {
+    mm_task *t = arg;
+    const int blocks_per_row = t->x.n / QK;
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (c >= t->n_chunks) return;
+        int ti = 0;
+        while (c >= t->chunks[ti]) c -= t->chunks[ti++];
+        const mm_target *tg = &t->targets[ti];
+        const int row_chunks = (int)((tg->w->n_out + t->rows_per_chunk - 1) / t->rows_per_chunk);
+        const int r0 = (c % row_chunks) * t->rows_per_chunk, t0 = (c / row_chunks) * t->toks_per_chunk;
+        const int nr = (int)(tg->w->n_out - r0 < t->rows_per_chunk ? tg->w->n_out - r0 : t->rows_per_chunk);
+        const int nt = t->nt - t0 < t->toks_per_chunk ? t->nt - t0 : t->toks_per_chunk;
+        pi_act x = { t->x.f + (size_t)t0 * t->x.n, t->x.q ? t->x.q + (size_t)t0 * blocks_per_row : NULL, t->x.n };
+        t->kern->matmul[tg->w->type](tg->w->data, tg->w->row_bytes, NULL, r0, nr, x, nt,
+                                     tg->Y + (size_t)t0 * tg->w->n_out + r0, (int)tg->w->n_out);
+    }
+    (void)ith;
+    (void)nth;
+}
+
+/* Y_i[t] = W_i x[t] for each target; outputs are dense [nt][n_out]. */
+static void matmul(pi_context *c, pi_act x, int nt, const mm_target *targets, int n_targets) {
+    mm_task t = { .kern = &c->kern, .x = x, .nt = nt, .n_targets = n_targets };
+    const int nth = nt > 1 ? c->params.n_threads_batch : c->params.n_threads;
+    /* decode: small row chunks keep both cores busy; prefill: 64x64 tiles stay in L2 */
+    t.rows_per_chunk = nt > 1 ? 64 : 32;
+    t.toks_per_chunk = 64;
+    for (int i = 0; i < n_targets; i++) {
+        t.targets[i] = targets[i];
+        int row_chunks = (int)((targets[i].w->n_out + t.rows_per_chunk - 1) / t.rows_per_chunk);
+        t.chunks[i] = row_chunks * ((nt + t.toks_per_chunk - 1) / t.toks_per_chunk);
+        t.n_chunks += t.chunks[i];
+    }
+    atomic_init(&t.next, 0);
+    pi_threadpool_run(c->pool, mm_worker, &t, nth);
+}
+
+/* ---- attention over the KV cache: one (token, head) pair per work item ---- */
+
+typedef struct {
+    pi_context *c;
+    int layer, n, pos0;
+    float *out; /* [n][q_dim] */
+} attn_task;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    const attn_task *a = arg;
+    const pi_context *c = a->c;
+    const pi_model *m = c->model;
+    const int n_head = m->info.n_head, hd = m->head_dim, group = n_head / m->info.n_head_kv;
+    const int q_dim = n_head * hd, kv_dim = m->info.n_head_kv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const pi_fp16 *k_layer = c->k_cache + (size_t)a->layer * c->n_ctx * kv_dim;
+    const pi_fp16 *v_layer = c->v_cache + (size_t)a->layer * c->n_ctx * kv_dim;
+    float *att = c->att + (size_t)ith * c->n_ctx;
+    for (int item = ith; item < a->n * n_head; item += nth) {
+        const int t = item / n_head, h = item % n_head, n_kv = a->pos0 + t + 1; /* causal: keys 0..pos */
+        const float *q = c->q + (size_t)t * q_dim + (size_t)h * hd;
+        const pi_fp16 *k = k_layer + (size_t)(h / group) * hd, *v = v_layer + (size_t)(h / group) * hd;
+        float max = -INFINITY;
+        for (int p = 0; p < n_kv; p++) {
+            att[p] = c->vec.dot_f16(q, k + (size_t)p * kv_dim, hd) * scale;
+            if (att[p] > max) max = att[p];
+        }
+        const float inv_sum = 1.0f / c->vec.exp_sub_sum(att, max, n_kv);
+        float *out = a->out + (size_t)t * q_dim + (size_t)h * hd;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        /* probabilities rounded to f16 as llama.cpp's f16 KQ·V product does */
+        for (int p = 0; p < n_kv; p++)
+            c->vec.axpy_f16(pi_fp16_to_f32(pi_f32_to_fp16(att[p] * inv_sum)), v + (size_t)p * kv_dim, out, hd);
+    }
+}
+
+/* ---- the O(d) steps ---- */
+
+/* out[t] = x[t] / rms(x[t]) * w */
+static void rmsnorm(const pi_context *c, const float *x, const float *w, float *out, int n, int d) {
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * d;
+        float *ot = out + (size_t)t * d;
+        const float inv = 1.0f / sqrtf(c->vec.sum_squares(xt, d) / d + c->model->info.norm_eps);
+        for (int i = 0; i < d; i++) ot[i] = xt[i] * inv * w[i];
+    }
+}
+
+/* The activation in both forms the kernels take: float, and 8-bit blocks when d allows. */
+static pi_act quantize(pi_context *c, const float *x, block_q8x *q, int n, int d) {
+    pi_act a = { x, NULL, d };
+    if (d % QK == 0) {
+        for (int t = 0; t < n; t++) c->kern.quantize_act(x + (size_t)t * d, q + (size_t)t * (d / QK), d);
+        a.q = q;
+    }
+    return a;
+}
+
+static void add_bias(float *y, const float *b, int n, int dim) {
+    if (!b) return;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
+}
+
+static void add_residual(float *x, const float *delta, int n, int d) {
+    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += delta[i];
+}
+
+/* cos/sin of every rotated pair for each token of the step, shared by all layers */
+static void rope_table(pi_context *c, int pos0, int n) {
+    const int half = c->model->info.n_rot / 2;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < half; i++) {
+            const float theta = (float)(pos0 + t) * c->inv_freq[i];
+            c->rope_cs[((size_t)t * half + i) * 2] = cosf(theta);
+            c->rope_cs[((size_t)t * half + i) * 2 + 1] = sinf(theta);
+        }
+}
+
+/* llama's "normal" RoPE: rotate adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each head */
+static void rope(const pi_context *c, float *x, int n_heads, int n) {
+    const int hd = c->model->head_dim, half = c->model->info.n_rot / 2;
+    for (int t = 0; t < n; t++) {
+        const float *cs = c->rope_cs + (size_t)t * half * 2;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * hd;
+            for (int i = 0; i < half; i++) {
+                const float x0 = v[2 * i], x1 = v[2 * i + 1], cos = cs[2 * i], sin = cs[2 * i + 1];
+                v[2 * i] = x0 * cos - x1 * sin;
+                v[2 * i + 1] = x0 * sin + x1 * cos;
+            }
+        }
+    }
+}
+
+static void round_to_f16(const pi_context *c, float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = pi_fp16_to_f32(pi_f32_to_fp16(x[i]));
+}
+
+static void ffn_activation(const pi_context *c, int n) {
+    const int n_ff = c->model->info.n_ff;
+    for (int t = 0; t < n; t++) {
+        float *g = c->gate + (size_t)t * n_ff;
+        c->vec.silu_mul(g, c->up + (size_t)t * n_ff, g, n_ff);
+    }
+}
+
+/* ---- the forward pass ---- */
+
+int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
+    const pi_model *m = c->model;
+    const pi_model_info *h = &m->info;
+    const int d = h->n_embd, hd = m->head_dim, q_dim = h->n_head * hd, kv_dim = h->n_head_kv * hd;
+    const int n_ff = h->n_ff, pos0 = c->n_past;
+    const int nth = n > 1 ? c->params.n_threads_batch : c->params.n_threads;
+
+    /* x[t] = token_embd[tokens[t]] */
+    for (int t = 0; t < n; t++)
+        c->kern.dequant[m->token_embd.type](m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes,
+                                            c->x + (size_t)t * d, d);
+    rope_table(c, pos0, n);
+
+    for (int il = 0; il < h->n_layer; il++) {
+        const pi_layer *L = &m->layers[il];
+
+        /* attention: q, k, v from the normed stream; rotate; append k, v to the cache */
+        rmsnorm(c, c->x, L->attn_norm, c->xn, n, d);
+        pi_act a = quantize(c, c->xn, c->xq, n, d);
+        const mm_target qkv[3] = { { &L->attn_q, c->q }, { &L->attn_k, c->k }, { &L->attn_v, c->v } };
+        matmul(c, a, n, qkv, 3);
+        add_bias(c->q, L->attn_q_b, n, q_dim);
+        add_bias(c->k, L->attn_k_b, n, kv_dim);
+        add_bias(c->v, L->attn_v_b, n, kv_dim);
+        rope(c, c->q, h->n_head, n);
+        rope(c, c->k, h->n_head_kv, n);
+        const size_t cache_at = ((size_t)il * c->n_ctx + (size_t)pos0) * kv_dim;
+        c->vec.to_f16(c->k, c->k_cache + cache_at, n * kv_dim);
+        c->vec.to_f16(c->v, c->v_cache + cache_at, n * kv_dim);
+        round_to_f16(c, c->q, n * q_dim); /* llama.cpp multiplies q with the f16 keys in f16 */
+
+        /* softmax(q k^T / sqrt(hd)) v per head over positions 0..pos, into xn */
+        attn_task at = { c, il, n, pos0, c->xn };
+        pi_threadpool_run(c->pool, attn_worker, &at, nth);
+
+        /* x += attn_output(attention) */
+        a = quantize(c, c->xn, c->xq, n, q_dim);
+        const mm_target o = { &L->attn_output, c->delta };
+        matmul(c, a, n, &o, 1);
+        add_residual(c->x, c->delta, n, d);
+
+        /* FFN: x += down(act(gate(xn), up(xn))) */
+        rmsnorm(c, c->x, L->ffn_norm, c->xn, n, d);
+        a = quantize(c, c->xn, c->xq, n, d);
+        const mm_target gate_up[2] = { { &L->ffn_gate, c->gate }, { &L->ffn_up, c->up } };
+        matmul(c, a, n, gate_up, 2);
+        ffn_activation(c, n);
+        a = quantize(c, c->gate, c->xq, n, n_ff);
+        const mm_target down = { &L->ffn_down, c->delta };
+        matmul(c, a, n, &down, 1);
+        add_residual(c->x, c->delta, n, d);
+    }
+
+    /* logits of the last position, or of every position with logits_all */
+    if (logits_mode != PI_LOGITS_NONE) {
+        const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
+        rmsnorm(c, c->x + (size_t)first * d, m->output_norm, c->out_x, n_out, d);
+        pi_act a = quantize(c, c->out_x, c->out_q, n_out, d);
+        const mm_target out = { &m->output, c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * h->n_vocab : 0) };
+        matmul(c, a, n_out, &out, 1);
+    }
+    c->n_past = pos0 + n;
+    return PI_OK;
+}

@@ -1,0 +1,42 @@
+/* kernels.h - the table of compute kernels, chosen once per context.
+ *
+ * Tiers (as ggml): ref.c is the scalar reference; avx2.c and avx512.c replace entries
+ * with SIMD versions that end in a scalar tail. Kernels are single-threaded: callers split
+ * rows across the thread pool. */
+#ifndef PI_KERNELS_H
+#define PI_KERNELS_H
+#include "quants.h"
+
+enum { PI_IMPL_AUTO = 0, PI_IMPL_REF = 1, PI_IMPL_AVX2 = 2, PI_IMPL_AVX512 = 3 };
+
+/* An activation batch of nt rows of n values, in both forms: float (for F32/F16/BF16
+ * weights) and quantized (for the block formats; present only when n % 32 == 0). */
+typedef struct {
+    const float *f;      /* [nt][n] */
+    const block_q8x *q;  /* [nt][n/32], or NULL */
+    int n;
+} pi_act;
+
+/* Y[t * y_stride + i] = dot(row(i), x_t) for i in [0, nr), t in [0, nt),
+ * where row(i) is W + (idx ? idx[i] : r0 + i) * row_bytes. */
+typedef void (*pi_matmul_fn)(const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
+                             pi_act x, int nt, float *Y, int y_stride);
+/* y[0..n) = the n weights of one row. */
+typedef void (*pi_dequant_fn)(const void *row, float *y, int n);
+
+typedef struct {
+    const char *name;                      /* "ref", "avx2", "avx512" */
+    void (*quantize_act)(const float *x, block_q8x *y, int n); /* n % 32 == 0 */
+    pi_matmul_fn matmul[PI_TYPE_COUNT];
+    pi_dequant_fn dequant[PI_TYPE_COUNT];
+} pi_kernels;
+
+/* Fill *k for impl (PI_IMPL_*); AUTO picks the best the CPU supports.
+ * Returns 0, or -1 when the CPU lacks the requested instruction set. */
+int pi_kernels_init(pi_kernels *k, int impl);
+
+void pi_kernels_ref(pi_kernels *k);
+void pi_kernels_avx2(pi_kernels *k);   /* overrides entries of a ref-filled table */
+void pi_kernels_avx512(pi_kernels *k); /* overrides entries of an avx2-filled table */
+
+#endif

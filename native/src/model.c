@@ -1,0 +1,333 @@
+/* model.c - read hyperparameters, bind and shape-check every tensor, expose metadata. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "model.h"
+#include "status.h"
+
+/* Architectures we run, and the FFN activation each implies. */
+static const struct { const char *arch; int ffn_act; } ARCHS[] = {
+    { "llama", PI_ACT_SILU_GLU },
+};
+
+PI_API pi_model_params pi_model_default_params(void) {
+    pi_model_params p = { .vocab_only = 0 };
+    return p;
+}
+
+static int arch_key_u32(const pi_model *m, const char *suffix, int required, uint32_t *out) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    return gguf_get_u32(&m->file, key, required, out);
+}
+
+static int arch_key_f32(const pi_model *m, const char *suffix, int required, float *out) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    return gguf_get_f32(&m->file, key, required, out);
+}
+
+static int read_arch(pi_model *m) {
+    gguf_str arch;
+    int rc = gguf_get_str(&m->file, "general.architecture", 1, &arch);
+    if (rc) return rc;
+    if (arch.len >= sizeof m->arch) arch.len = sizeof m->arch - 1;
+    memcpy(m->arch, arch.ptr, arch.len);
+    m->arch[arch.len] = '\0';
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (strcmp(ARCHS[i].arch, m->arch) == 0) {
+            m->info.ffn_act = ARCHS[i].ffn_act;
+            return PI_OK;
+        }
+    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama)", m->arch);
+}
+
+static int read_hparams(pi_model *m) {
+    pi_model_info *h = &m->info;
+    uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv = 0, n_ctx = 2048, key_len = 0, n_rot = 0;
+    float eps, base = 10000.0f, factor = 0.0f;
+    int rc;
+    if ((rc = arch_key_u32(m, "block_count", 1, &n_layer)) || (rc = arch_key_u32(m, "embedding_length", 1, &n_embd)) ||
+        (rc = arch_key_u32(m, "feed_forward_length", 1, &n_ff)) ||
+        (rc = arch_key_u32(m, "attention.head_count", 1, &n_head)) ||
+        (rc = arch_key_u32(m, "attention.head_count_kv", 0, &n_head_kv)) ||
+        (rc = arch_key_u32(m, "context_length", 0, &n_ctx)) ||
+        (rc = arch_key_u32(m, "attention.key_length", 0, &key_len)) ||
+        (rc = arch_key_u32(m, "rope.dimension_count", 0, &n_rot)) ||
+        (rc = arch_key_f32(m, "attention.layer_norm_rms_epsilon", 1, &eps)) ||
+        (rc = arch_key_f32(m, "rope.freq_base", 0, &base)) || (rc = arch_key_f32(m, "rope.scaling.factor", 0, &factor)))
+        return rc;
+    if (n_head_kv == 0) n_head_kv = n_head;
+    if (n_layer == 0 || n_layer > 1024 || n_embd == 0 || n_embd > (1u << 16) || n_ff == 0 || n_ff > (1u << 20) ||
+        n_head == 0 || n_head > 1024 || n_head % n_head_kv || n_ctx == 0)
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible hyperparameters (layers %u, embd %u, ff %u, heads %u/%u, ctx %u)",
+                            n_layer, n_embd, n_ff, n_head, n_head_kv, n_ctx);
+    uint32_t head_dim = key_len ? key_len : n_embd / n_head;
+    if (!key_len && n_embd % n_head)
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: embedding %u is not divisible by %u heads", n_embd, n_head);
+    if (n_rot == 0) n_rot = head_dim;
+    if (n_rot > head_dim || n_rot % 2)
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: rope dimension %u does not fit head size %u", n_rot, head_dim);
+    if (!(eps > 0.0f && eps < 1.0f) || !(base > 0.0f))
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible norm epsilon %g or rope base %g", eps, base);
+
+    gguf_str scaling = { "none", 4 };
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
+    if ((rc = gguf_get_str(&m->file, key, 0, &scaling))) return rc;
+    float freq_scale = 1.0f;
+    if (gguf_str_eq(scaling, "linear")) {
+        if (factor > 0.0f) freq_scale = 1.0f / factor;
+    } else if (!gguf_str_eq(scaling, "none")) {
+        return pi_set_error(PI_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none and linear are)",
+                            (int)scaling.len, scaling.ptr);
+    }
+    h->n_layer = (int32_t)n_layer;
+    h->n_embd = (int32_t)n_embd;
+    h->n_ff = (int32_t)n_ff;
+    h->n_head = (int32_t)n_head;
+    h->n_head_kv = (int32_t)n_head_kv;
+    h->n_ctx_train = (int32_t)n_ctx;
+    h->n_rot = (int32_t)n_rot;
+    h->norm_eps = eps;
+    h->rope_freq_base = base;
+    h->rope_freq_scale = freq_scale;
+    m->head_dim = (int32_t)head_dim;
+    return PI_OK;
+}
+
+/* Bind a 2-D weight named `name` of ne {n_in, n_out}; absent optional tensors leave w->data NULL. */
+static int bind_weight(pi_model *m, pi_weight *w, const char *name, int64_t n_in, int64_t n_out, int required) {
+    snprintf(w->name, sizeof w->name, "%s", name);
+    const gguf_tensor *t = gguf_find_tensor(&m->file, name);
+    if (!t) return required ? pi_set_error(PI_ERR_FORMAT, "GGUF: required tensor '%s' is missing", name) : PI_OK;
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+        return pi_set_error(PI_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                            (long long)n_in, (long long)n_out);
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->row_bytes = (size_t)(t->nbytes / (uint64_t)n_out);
+    w->data = t->data;
+    return PI_OK;
+}
+
+/* Copy a 1-D tensor of n values into *cursor (f32), pointing *dst at it; NULL when optional and absent. */
+static int bind_vector(pi_model *m, float **dst, float **cursor, const char *name, int64_t n, int required) {
+    *dst = NULL;
+    const gguf_tensor *t = gguf_find_tensor(&m->file, name);
+    if (!t) return required ? pi_set_error(PI_ERR_FORMAT, "GGUF: required tensor '%s' is missing", name) : PI_OK;
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return pi_set_error(PI_ERR_FORMAT, "tensor '%s' has %lld x %lld values, expected %lld", name,
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)n);
+    if (t->type != PI_TYPE_F32 && t->type != PI_TYPE_F16 && t->type != PI_TYPE_BF16)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "vector tensor '%s' has type %s (F32, F16 or BF16 expected)", name,
+                            pi_type_name(t->type));
+    pi_kernels ref;
+    pi_kernels_ref(&ref);
+    ref.dequant[t->type](t->data, *cursor, (int)n);
+    *dst = *cursor;
+    *cursor += n;
+    return PI_OK;
+}
+
+static int bind_tensors(pi_model *m) {
+    const pi_model_info *h = &m->info;
+    const int64_t d = h->n_embd, q_dim = (int64_t)h->n_head * m->head_dim, kv_dim = (int64_t)h->n_head_kv * m->head_dim;
+    int rc;
+    const gguf_tensor *emb = gguf_find_tensor(&m->file, "token_embd.weight");
+    if (!emb) return pi_set_error(PI_ERR_FORMAT, "GGUF: required tensor 'token_embd.weight' is missing");
+    m->info.n_vocab = (int32_t)emb->ne[1];
+    if ((rc = bind_weight(m, &m->token_embd, "token_embd.weight", d, emb->ne[1], 1))) return rc;
+    if ((rc = bind_weight(m, &m->output, "output.weight", d, h->n_vocab, 0))) return rc;
+    if (!m->output.data) {
+        m->output = m->token_embd;
+        m->info.tied_output = 1;
+    }
+    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_layer * (size_t)(2 * d + q_dim + 2 * kv_dim);
+    m->vectors = malloc(n_floats * sizeof(float));
+    m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
+    if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
+    float *cur = m->vectors;
+    if ((rc = bind_vector(m, &m->output_norm, &cur, "output_norm.weight", d, 1)) ||
+        (rc = bind_vector(m, &m->rope_freqs, &cur, "rope_freqs.weight", h->n_rot / 2, 0)))
+        return rc;
+    for (int il = 0; il < h->n_layer; il++) {
+        pi_layer *L = &m->layers[il];
+        char name[64];
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", il, s), name)
+        if ((rc = bind_vector(m, &L->attn_norm, &cur, NAME("attn_norm.weight"), d, 1)) ||
+            (rc = bind_weight(m, &L->attn_q, NAME("attn_q.weight"), d, q_dim, 1)) ||
+            (rc = bind_weight(m, &L->attn_k, NAME("attn_k.weight"), d, kv_dim, 1)) ||
+            (rc = bind_weight(m, &L->attn_v, NAME("attn_v.weight"), d, kv_dim, 1)) ||
+            (rc = bind_vector(m, &L->attn_q_b, &cur, NAME("attn_q.bias"), q_dim, 0)) ||
+            (rc = bind_vector(m, &L->attn_k_b, &cur, NAME("attn_k.bias"), kv_dim, 0)) ||
+            (rc = bind_vector(m, &L->attn_v_b, &cur, NAME("attn_v.bias"), kv_dim, 0)) ||
+            (rc = bind_weight(m, &L->attn_output, NAME("attn_output.weight"), q_dim, d, 1)) ||
+            (rc = bind_vector(m, &L->ffn_norm, &cur, NAME("ffn_norm.weight"), d, 1)) ||
+            (rc = bind_weight(m, &L->ffn_gate, NAME("ffn_gate.weight"), d, h->n_ff, 1)) ||
+            (rc = bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, h->n_ff, 1)) ||
+            (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, 1)))
+            return rc;
+#undef NAME
+    }
+    return PI_OK;
+}
+
+PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **out) {
+    if (!path || !out) return pi_set_error(PI_ERR_ARG, "pi_model_load: NULL argument");
+    *out = NULL;
+    pi_model *m = calloc(1, sizeof *m);
+    if (!m) return pi_set_error(PI_ERR_NOMEM, "no memory for the model");
+    int rc = gguf_open(path, &m->file);
+    m->vocab_only = params.vocab_only;
+    if (!rc && !params.vocab_only) {
+        rc = read_arch(m);
+        if (!rc) rc = read_hparams(m);
+        if (!rc) rc = bind_tensors(m);
+    }
+    if (rc) {
+        pi_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return PI_OK;
+}
+
+PI_API void pi_model_free(pi_model *m) {
+    if (!m) return;
+    gguf_close(&m->file);
+    free(m->layers);
+    free(m->vectors);
+    free(m->description);
+    free(m);
+}
+
+PI_API int pi_model_get_info(const pi_model *m, pi_model_info *out) {
+    if (!m || !out) return pi_set_error(PI_ERR_ARG, "pi_model_get_info: NULL argument");
+    if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it has no weights");
+    *out = m->info;
+    return PI_OK;
+}
+
+/* ---- metadata ---- */
+
+PI_API int64_t pi_model_meta_count(const pi_model *m) { return m ? m->file.n_kv : 0; }
+
+static void read_scalar(uint32_t type, const uint8_t *p, pi_meta *o) {
+    switch (type) {
+    case PI_META_UINT8: o->u = p[0]; o->i = p[0]; break;
+    case PI_META_INT8: o->i = (int8_t)p[0]; break;
+    case PI_META_BOOL: o->i = p[0] != 0; o->u = (uint64_t)o->i; break;
+    case PI_META_UINT16: { uint16_t x; memcpy(&x, p, 2); o->u = x; o->i = x; break; }
+    case PI_META_INT16: { int16_t x; memcpy(&x, p, 2); o->i = x; break; }
+    case PI_META_UINT32: { uint32_t x; memcpy(&x, p, 4); o->u = x; o->i = x; break; }
+    case PI_META_INT32: { int32_t x; memcpy(&x, p, 4); o->i = x; break; }
+    case PI_META_UINT64: memcpy(&o->u, p, 8); o->i = (int64_t)o->u; break;
+    case PI_META_INT64: memcpy(&o->i, p, 8); break;
+    case PI_META_FLOAT32: { float x; memcpy(&x, p, 4); o->f = x; break; }
+    case PI_META_FLOAT64: memcpy(&o->f, p, 8); break;
+    default: break;
+    }
+    if (type != PI_META_UINT64 && o->i >= 0 && type != PI_META_FLOAT32 && type != PI_META_FLOAT64) o->u = (uint64_t)o->i;
+}
+
+PI_API int pi_model_meta_get(const pi_model *m, int64_t index, pi_meta *o) {
+    if (!m || !o) return pi_set_error(PI_ERR_ARG, "pi_model_meta_get: NULL argument");
+    if (index < 0 || index >= m->file.n_kv)
+        return pi_set_error(PI_ERR_ARG, "metadata index %lld out of range (%lld keys)", (long long)index,
+                            (long long)m->file.n_kv);
+    const gguf_kv *kv = &m->file.kv[index];
+    memset(o, 0, sizeof *o);
+    o->key = kv->key.ptr;
+    o->key_len = kv->key.len;
+    o->type = (int32_t)kv->type;
+    if (kv->type == PI_META_STRING) {
+        o->str = (const char *)kv->value;
+        o->str_len = kv->str_len;
+    } else if (kv->type == PI_META_ARRAY) {
+        o->arr_type = (int32_t)kv->arr_type;
+        o->arr_len = kv->arr_len;
+        o->arr_data = kv->arr_type == PI_META_STRING ? NULL : kv->value;
+    } else {
+        read_scalar(kv->type, kv->value, o);
+    }
+    return PI_OK;
+}
+
+PI_API int pi_model_meta_array_str(const pi_model *m, int64_t index, uint64_t j, const char **str, uint64_t *len) {
+    if (!m || !str || !len) return pi_set_error(PI_ERR_ARG, "pi_model_meta_array_str: NULL argument");
+    if (index < 0 || index >= m->file.n_kv) return pi_set_error(PI_ERR_ARG, "metadata index %lld out of range", (long long)index);
+    const gguf_kv *kv = &m->file.kv[index];
+    if (kv->type != PI_META_ARRAY || kv->arr_type != PI_META_STRING)
+        return pi_set_error(PI_ERR_ARG, "metadata key %lld is not a string array", (long long)index);
+    if (j >= kv->arr_len)
+        return pi_set_error(PI_ERR_ARG, "element %llu past the array's %llu", (unsigned long long)j,
+                            (unsigned long long)kv->arr_len);
+    gguf_str s = gguf_array_str(&m->file, kv, j);
+    *str = s.ptr;
+    *len = s.len;
+    return PI_OK;
+}
+
+/* ---- describe: the whole model as text, one line per tensor ---- */
+
+static int append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+    for (;;) {
+        va_list args;
+        va_start(args, fmt);
+        int n = vsnprintf(*buf + *len, *cap - *len, fmt, args);
+        va_end(args);
+        if (n < 0) return -1;
+        if ((size_t)n < *cap - *len) {
+            *len += (size_t)n;
+            return 0;
+        }
+        char *grown = realloc(*buf, *cap * 2 + (size_t)n);
+        if (!grown) return -1;
+        *buf = grown;
+        *cap = *cap * 2 + (size_t)n;
+    }
+}
+
+static int describe_weight(char **b, size_t *len, size_t *cap, const pi_weight *w) {
+    if (!w->data) return 0;
+    return append(b, len, cap, "  %-28s %-5s [%lld x %lld]  %.2f MB\n", w->name, pi_type_name(w->type),
+                  (long long)w->n_in, (long long)w->n_out, (double)w->row_bytes * (double)w->n_out / 1e6);
+}
+
+PI_API const char *pi_model_describe(const pi_model *cm) {
+    pi_model *m = (pi_model *)cm;
+    if (!m || m->vocab_only) return "";
+    if (m->description) return m->description;
+    size_t len = 0, cap = 4096;
+    char *b = malloc(cap);
+    if (!b) return "";
+    b[0] = '\0';
+    const pi_model_info *h = &m->info;
+    int bad = append(&b, &len, &cap,
+                     "arch %s: %d layers, n_embd %d, n_ff %d, heads %d/%d (dim %d), vocab %d, ctx %d, rope base %g\n",
+                     m->arch, h->n_layer, h->n_embd, h->n_ff, h->n_head, h->n_head_kv, m->head_dim, h->n_vocab,
+                     h->n_ctx_train, h->rope_freq_base);
+    bad |= describe_weight(&b, &len, &cap, &m->token_embd);
+    for (int il = 0; il < h->n_layer && !bad; il++) {
+        const pi_layer *L = &m->layers[il];
+        const pi_weight *ws[] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output,
+                                  &L->ffn_gate, &L->ffn_up, &L->ffn_down };
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !bad; i++) bad |= describe_weight(&b, &len, &cap, ws[i]);
+    }
+    if (!h->tied_output) bad |= describe_weight(&b, &len, &cap, &m->output);
+    else bad |= append(&b, &len, &cap, "  output tied to token_embd.weight\n");
+    if (bad) {
+        free(b);
+        return "";
+    }
+    m->description = b;
+    return b;
+}

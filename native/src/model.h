@@ -1,0 +1,40 @@
+/* model.h - the model's weights as views into the mapped GGUF, named after the GGUF tensors. */
+#ifndef PI_MODEL_H
+#define PI_MODEL_H
+#include "gguf.h"
+#include "powerinfer.h"
+
+/* A matrix of n_out rows of n_in weights (GGUF ne = {n_in, n_out}), one output per row. */
+typedef struct {
+    char name[48];        /* the GGUF tensor name, for messages and describe() */
+    uint32_t type;        /* PI_TYPE_* */
+    int64_t n_in, n_out;
+    size_t row_bytes;
+    const uint8_t *data;  /* into the mapping; NULL when the tensor is absent */
+} pi_weight;
+
+typedef struct {
+    float *attn_norm;                                   /* [n_embd] */
+    pi_weight attn_q, attn_k, attn_v, attn_output;      /* q: n_embd -> n_head*head_dim, k/v: -> n_head_kv*head_dim */
+    float *attn_q_b, *attn_k_b, *attn_v_b;              /* optional biases, NULL when absent */
+    float *ffn_norm;                                    /* [n_embd] */
+    pi_weight ffn_gate, ffn_up;                         /* n_embd -> n_ff, one row per FFN neuron */
+    pi_weight ffn_down;                                 /* n_ff -> n_embd */
+} pi_layer;
+
+struct pi_model {
+    gguf_file file;
+    char arch[32];
+    pi_model_info info;
+    int32_t head_dim;
+    int vocab_only;
+    pi_weight token_embd;   /* n_vocab rows of n_embd */
+    float *output_norm;     /* [n_embd] */
+    pi_weight output;       /* n_embd -> n_vocab; token_embd when tied */
+    float *rope_freqs;      /* optional per-pair divisors of theta (llama 3.1 scaling), [n_rot/2] */
+    pi_layer *layers;       /* [n_layer] */
+    float *vectors;         /* one allocation holding every norm and bias above, as f32 */
+    char *description;      /* built on demand by pi_model_describe */
+};
+
+#endif

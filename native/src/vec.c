@@ -1,0 +1,170 @@
+/* vec.c - float vector ops: scalar reference, then AVX2+FMA versions compiled with target
+ * attributes and picked at run time. Each SIMD loop ends in the scalar tail. */
+#include <math.h>
+
+#include "vec.h"
+
+static float dot_ref(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void axpy_ref(float a, const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void scale_ref(float a, float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] *= a;
+}
+
+static float exp_sub_sum_ref(float *x, float max, int n) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    return sum;
+}
+
+static void silu_mul_ref(const float *gate, const float *up, float *out, int n) {
+    for (int i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static float sum_squares_ref(const float *x, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+static float dot_f16_ref(const float *a, const pi_fp16 *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * pi_fp16_to_f32(b[i]);
+    return s;
+}
+
+static void axpy_f16_ref(float a, const pi_fp16 *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * pi_fp16_to_f32(x[i]);
+}
+
+static void to_f16_ref(const float *x, pi_fp16 *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = pi_f32_to_fp16(x[i]);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* exp(x) to ~2 ulp: x = n*ln2 + r, e^r by a degree-6 polynomial, 2^n through the exponent bits. */
+AVX2 static __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365447505531f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2 static float dot_avx2(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    return hsum(_mm256_add_ps(s0, s1)) + dot_ref(a + i, b + i, n - i);
+}
+
+AVX2 static void axpy_avx2(float a, const float *x, float *y, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    axpy_ref(a, x + i, y + i, n - i);
+}
+
+AVX2 static void scale_avx2(float a, float *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(va, _mm256_loadu_ps(x + i)));
+    scale_ref(a, x + i, n - i);
+}
+
+AVX2 static float exp_sub_sum_avx2(float *x, float max, int n) {
+    __m256 vmax = _mm256_set1_ps(max), sum = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        _mm256_storeu_ps(x + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    return hsum(sum) + exp_sub_sum_ref(x + i, max, n - i);
+}
+
+AVX2 static void silu_mul_avx2(const float *gate, const float *up, float *out, int n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, g))));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    silu_mul_ref(gate + i, up + i, out + i, n - i);
+}
+
+AVX2 static float sum_squares_avx2(const float *x, int n) { return dot_avx2(x, x, n); }
+
+AVX2 static __m256 load_f16(const pi_fp16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+AVX2 static float dot_f16_avx2(const float *a, const pi_fp16 *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_f16(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16(b + i), s0);
+    return hsum(_mm256_add_ps(s0, s1)) + dot_f16_ref(a + i, b + i, n - i);
+}
+
+AVX2 static void axpy_f16_avx2(float a, const pi_fp16 *x, float *y, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16(x + i), _mm256_loadu_ps(y + i)));
+    axpy_f16_ref(a, x + i, y + i, n - i);
+}
+
+AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    to_f16_ref(x + i, y + i, n - i);
+}
+#endif
+
+void pi_vec_ops_init(pi_vec_ops *v, int use_simd) {
+    *v = (pi_vec_ops){ "ref", dot_ref, axpy_ref, scale_ref, exp_sub_sum_ref, silu_mul_ref, sum_squares_ref,
+                       dot_f16_ref, axpy_f16_ref, to_f16_ref };
+#if defined(__x86_64__)
+    if (use_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        *v = (pi_vec_ops){ "avx2", dot_avx2, axpy_avx2, scale_avx2, exp_sub_sum_avx2, silu_mul_avx2, sum_squares_avx2,
+                           dot_f16_avx2, axpy_f16_avx2, to_f16_avx2 };
+#else
+    (void)use_simd;
+#endif
+}

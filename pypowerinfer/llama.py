@@ -1,0 +1,297 @@
+"""`Llama`: llama-cpp-python's high-level API over the native runtime.
+
+A thin facade: native handles live in model.py, tokenization in tokenizer.py, sampling in
+sampling.py and response assembly in completion.py.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import sys
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .completion import CompletionRequest, run_completion
+from .model import NativeContext, NativeModel
+from .sampling import (LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
+                       logits_to_logprobs)
+from .tokenizer import Tokenizer
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+
+
+def _meta_str(value: object) -> str:
+    """A metadata value as llama.cpp prints it (std::to_string for numbers)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:f}"
+    return str(value)
+
+
+class Llama:
+    """Load a GGUF model and run it; the constructor and methods follow llama-cpp-python 0.3.36."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        n_gpu_layers: int = 0,
+        vocab_only: bool = False,
+        use_mmap: bool = True,
+        seed: int = LLAMA_DEFAULT_SEED,
+        n_ctx: int = 512,
+        n_batch: int = 512,
+        n_threads: Optional[int] = None,
+        n_threads_batch: Optional[int] = None,
+        logits_all: bool = False,
+        embedding: bool = False,
+        last_n_tokens_size: int = 64,
+        chat_format: Optional[str] = None,
+        verbose: bool = True,
+        kernel_impl: int = 0,
+        **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
+    ):
+        self.verbose = verbose
+        self.model_path = model_path
+        self._lock = threading.RLock()
+        self._model = NativeModel(model_path, vocab_only=vocab_only)
+        self._ctx: Optional[NativeContext] = None
+        meta = self._model.metadata()
+        self.metadata: Dict[str, str] = {k: _meta_str(v) for k, v in meta.items()
+                                         if not isinstance(v, (list, np.ndarray))}
+        self.tokenizer_ = Tokenizer.from_metadata(meta)
+        self._n_vocab = self.tokenizer_.n_vocab
+        self.chat_format = chat_format
+        self.last_n_tokens_size = last_n_tokens_size
+        self._seed = seed or LLAMA_DEFAULT_SEED
+        self._logits_all = logits_all
+        self.cache = None
+        self.n_tokens = 0
+        self.n_threads = n_threads or max(multiprocessing.cpu_count() // 2, 1)
+        self.n_threads_batch = n_threads_batch or multiprocessing.cpu_count()
+        if vocab_only:
+            self._n_ctx = n_ctx or 0
+            self.n_batch = n_batch
+            self.input_ids = np.zeros(0, dtype=np.intc)
+            self.scores = np.zeros((0, self._n_vocab), dtype=np.single)
+            return
+        info = self._model.info
+        if info.n_vocab != self._n_vocab:
+            raise ValueError(f"token_embd has {info.n_vocab} rows but the vocabulary has {self._n_vocab} tokens")
+        n_ctx = n_ctx if n_ctx > 0 else info.n_ctx_train
+        self.n_batch = max(1, min(n_ctx, n_batch))
+        self._ctx = NativeContext(self._model, n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
+                                  n_threads_batch=self.n_threads_batch, logits_all=logits_all,
+                                  kernel_impl=kernel_impl)
+        self._n_ctx = self._ctx.n_ctx
+        self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
+        # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
+        self.scores = self._ctx.logits
+        self._sampler = Sampler(self._n_vocab, self._seed)
+        if verbose:
+            print(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
+                  f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}", file=sys.stderr)
+
+    # ---- properties llama-cpp-python exposes ----
+    @property
+    def _input_ids(self) -> np.ndarray:
+        return self.input_ids[: self.n_tokens]
+
+    @property
+    def _scores(self) -> np.ndarray:
+        return self.scores[: self.n_tokens] if self._logits_all else self.scores
+
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    def n_embd(self) -> int:
+        self._require_ctx()
+        return self._model.info.n_embd
+
+    def token_bos(self) -> int:
+        return self.tokenizer_.bos_id
+
+    def token_eos(self) -> int:
+        return self.tokenizer_.eos_id
+
+    def token_nl(self) -> int:
+        ids = self.tokenizer_.encode(b"\n", add_bos=False, special=False)
+        return ids[0] if ids else -1
+
+    # ---- tokens ----
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
+        return self.tokenizer_.encode(text, add_bos=add_bos, special=special)
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None,
+                   special: bool = False) -> bytes:
+        return self.tokenizer_.decode(tokens, special=special)
+
+    # ---- evaluation ----
+    def _require_ctx(self) -> NativeContext:
+        if self._ctx is None:
+            raise ValueError("this Llama was created with vocab_only=True, or has been closed")
+        return self._ctx
+
+    def set_seed(self, seed: int) -> None:
+        self._seed = seed
+
+    def set_cache(self, cache) -> None:
+        self.cache = cache
+
+    def reset(self) -> None:
+        self.n_tokens = 0
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Evaluate tokens after the n_tokens already in the context."""
+        ctx = self._require_ctx()
+        if self.n_tokens + len(tokens) > self._n_ctx:
+            raise ValueError(f"Requested tokens ({self.n_tokens + len(tokens)}) exceed context window of {self._n_ctx}")
+        if len(tokens) == 0:
+            return
+        batch = np.asarray(tokens, dtype=np.int32)
+        with self._lock:
+            ctx.decode(batch, self.n_tokens)
+            self.input_ids[self.n_tokens: self.n_tokens + len(batch)] = batch
+            self.n_tokens += len(batch)
+
+    def _last_logits(self, idx: Optional[int] = None) -> np.ndarray:
+        if self._logits_all:
+            return self.scores[(idx if idx is not None else self.n_tokens - 1)]
+        return self.scores[0]
+
+    def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
+               temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
+               presence_penalty: float = 0.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
+               mirostat_eta: float = 0.1, mirostat_tau: float = 5.0, penalize_nl: bool = True,
+               logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
+               idx: Optional[int] = None, logit_bias: Optional[Dict[int, float]] = None) -> int:
+        """Sample the next token from the logits of position idx (default: the last evaluated)."""
+        if self.n_tokens == 0:
+            raise ValueError("sample() needs evaluated tokens: call eval() first")
+        if grammar is not None:
+            raise NotImplementedError("grammars are not implemented yet ([drop-in] issue)")
+        params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+                                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                                presence_penalty=presence_penalty, penalty_last_n=self.last_n_tokens_size,
+                                logit_bias=logit_bias, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+                                mirostat_eta=mirostat_eta)
+        end = self.n_tokens if idx is None else idx + 1
+        return self._sampler.sample(self._last_logits(idx), self.input_ids[:end], params,
+                                    logits_processor=logits_processor)
+
+    def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                 typical_p: float = 1.0, temp: float = 0.80, repeat_penalty: float = 1.0, reset: bool = True,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, tfs_z: float = 1.0,
+                 mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
+                 penalize_nl: bool = True, logits_processor: Optional[LogitsProcessorList] = None,
+                 stopping_criteria: Optional[StoppingCriteriaList] = None, grammar=None,
+                 logit_bias: Optional[Dict[int, float]] = None) -> Iterator[int]:
+        """Yield sampled tokens forever; the KV cache is reused for the prefix shared with the last call."""
+        tokens = list(tokens)
+        if reset and self.n_tokens > 0:
+            prefix = 0
+            for a, b in zip(self._input_ids, tokens):
+                if a != b:
+                    break
+                prefix += 1
+            # re-evaluate at least the last prompt token so its logits are fresh
+            prefix = min(prefix, len(tokens) - 1)
+            self.n_tokens = max(prefix, 0)
+            tokens = tokens[self.n_tokens:]
+        elif reset:
+            self.reset()
+        self._sampler.reseed(self._seed)
+        kwargs = dict(top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
+                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                      presence_penalty=presence_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+                      mirostat_eta=mirostat_eta, logits_processor=logits_processor, grammar=grammar,
+                      logit_bias=logit_bias)
+        while True:
+            self.eval(tokens)
+            token = self.sample(**kwargs)
+            if stopping_criteria is not None and stopping_criteria(self._input_ids, self._last_logits()):
+                return
+            extra = yield token
+            tokens = [token] + (list(extra) if extra else [])
+
+    # ---- completions ----
+    def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
+                          max_tokens: Optional[int] = 16, temperature: float = 0.8, top_p: float = 0.95,
+                          min_p: float = 0.05, typical_p: float = 1.0, logprobs: Optional[int] = None,
+                          echo: bool = False, stop: Optional[Union[str, List[str]]] = [],
+                          frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                          repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
+                          seed: Optional[int] = None, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
+                          stopping_criteria: Optional[StoppingCriteriaList] = None,
+                          logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
+                          logit_bias: Optional[Dict[int, float]] = None):
+        """Complete `prompt`; a dict, or an iterator of chunk dicts when stream=True."""
+        self._require_ctx()
+        if isinstance(prompt, str):
+            prompt_text = prompt
+            prompt_tokens = (self.tokenize(prompt.encode("utf-8"), add_bos=True, special=suffix is None)
+                             if prompt else [])
+        else:
+            prompt_tokens, prompt_text = list(prompt), ""
+        if not prompt_tokens:
+            prompt_tokens = [self.token_bos()]
+        if len(prompt_tokens) >= self._n_ctx:
+            raise ValueError(f"Requested tokens ({len(prompt_tokens)}) exceed context window of {self._n_ctx}")
+        if logprobs is not None and not self._logits_all:
+            raise ValueError("logprobs is not supported for models created with logits_all=False")
+        room = self._n_ctx - len(prompt_tokens)
+        max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2**32))
+        bias = {int(k): float(v) for k, v in logit_bias.items()} if logit_bias else None
+        req = CompletionRequest(
+            prompt_tokens=prompt_tokens, prompt_text=prompt_text, max_tokens=max_tokens,
+            stops=[s.encode("utf-8") for s in stops], stream=stream, echo=echo, logprobs=logprobs,
+            suffix=suffix, model_name=model if model is not None else self.model_path,
+            sample_kwargs=dict(top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temperature,
+                               repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                               presence_penalty=presence_penalty, mirostat_mode=mirostat_mode,
+                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
+                               logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+                               grammar=grammar, logit_bias=bias),
+        )
+        chunks = run_completion(self, req)
+        return chunks if stream else next(chunks)
+
+    def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any):
+        return self.create_completion(prompt, *args, **kwargs)
+
+    @staticmethod
+    def logits_to_logprobs(logits, axis: int = -1) -> np.ndarray:
+        return logits_to_logprobs(np.asarray(logits, dtype=np.single), axis=axis)
+
+    # ---- lifetime ----
+    def close(self) -> None:
+        """Free the context and the model; views of `scores` must not be used afterwards."""
+        if self._ctx is not None:
+            self.scores = np.zeros((0, self._n_vocab), dtype=np.single)
+            self._ctx.close()
+            self._ctx = None
+        if getattr(self, "_model", None) is not None:
+            self._model.close()
+            self._model = None
+
+    def __enter__(self) -> "Llama":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

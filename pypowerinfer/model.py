@@ -1,0 +1,158 @@
+"""Thin typed wrappers over the native handles: a loaded model and a run context.
+
+Ownership: each wrapper owns its handle through `ffi.gc` and also frees it on `close()`.
+A context keeps a reference to its model so the model cannot be freed first.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._ffi import check, ffi, lib
+
+# numpy dtypes of GGUF's numeric metadata types (PI_META_*)
+_META_DTYPES = {
+    lib.PI_META_UINT8: np.uint8, lib.PI_META_INT8: np.int8, lib.PI_META_UINT16: np.uint16,
+    lib.PI_META_INT16: np.int16, lib.PI_META_UINT32: np.uint32, lib.PI_META_INT32: np.int32,
+    lib.PI_META_FLOAT32: np.float32, lib.PI_META_BOOL: np.bool_, lib.PI_META_UINT64: np.uint64,
+    lib.PI_META_INT64: np.int64, lib.PI_META_FLOAT64: np.float64,
+}
+_FLOAT_TYPES = (lib.PI_META_FLOAT32, lib.PI_META_FLOAT64)
+_UNSIGNED_TYPES = (lib.PI_META_UINT8, lib.PI_META_UINT16, lib.PI_META_UINT32, lib.PI_META_UINT64)
+
+ACTIVATIONS = {lib.PI_ACT_SILU_GLU: "silu_glu", lib.PI_ACT_RELU_GLU: "relu_glu",
+               lib.PI_ACT_RELU_RELU_GLU: "relu_relu_glu", lib.PI_ACT_GELU_GLU: "gelu_glu"}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_rot: int
+    norm_eps: float
+    rope_freq_base: float
+    rope_freq_scale: float
+    ffn_act: str
+    tied_output: bool
+
+
+def _text(ptr, length: int) -> str:
+    return ffi.unpack(ptr, length).decode("utf-8", "replace")
+
+
+class NativeModel:
+    """A memory-mapped GGUF model."""
+
+    def __init__(self, path: str | os.PathLike, vocab_only: bool = False):
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"Model path does not exist: {self.path}")
+        params = lib.pi_model_default_params()
+        params.vocab_only = int(vocab_only)
+        out = ffi.new("pi_model **")
+        check(lib.pi_model_load(self.path.encode(), params, out))
+        self._handle = ffi.gc(out[0], lib.pi_model_free)
+        self.vocab_only = vocab_only
+        self.info = None if vocab_only else self._read_info()
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ValueError("the model has been closed")
+        return self._handle
+
+    def _read_info(self) -> ModelInfo:
+        info = ffi.new("pi_model_info *")
+        check(lib.pi_model_get_info(self.handle, info))
+        return ModelInfo(
+            n_vocab=info.n_vocab, n_ctx_train=info.n_ctx_train, n_embd=info.n_embd, n_layer=info.n_layer,
+            n_head=info.n_head, n_head_kv=info.n_head_kv, n_ff=info.n_ff, n_rot=info.n_rot,
+            norm_eps=info.norm_eps, rope_freq_base=info.rope_freq_base, rope_freq_scale=info.rope_freq_scale,
+            ffn_act=ACTIVATIONS[info.ffn_act], tied_output=bool(info.tied_output),
+        )
+
+    def metadata(self) -> dict[str, object]:
+        """Every key: scalars as Python values, string arrays as lists, numeric arrays as numpy copies."""
+        meta = ffi.new("pi_meta *")
+        out: dict[str, object] = {}
+        for i in range(lib.pi_model_meta_count(self.handle)):
+            check(lib.pi_model_meta_get(self.handle, i, meta))
+            out[_text(meta.key, meta.key_len)] = self._meta_value(i, meta)
+        return out
+
+    def _meta_value(self, index: int, meta):
+        kind = meta.type
+        if kind == lib.PI_META_STRING:
+            return _text(meta.str, meta.str_len)
+        if kind == lib.PI_META_ARRAY:
+            if meta.arr_type == lib.PI_META_STRING:
+                return self._string_array(index, meta.arr_len)
+            dtype = np.dtype(_META_DTYPES[meta.arr_type])
+            raw = ffi.buffer(meta.arr_data, meta.arr_len * dtype.itemsize)
+            return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype)
+        if kind == lib.PI_META_BOOL:
+            return bool(meta.i)
+        if kind in _FLOAT_TYPES:
+            return float(meta.f)
+        return int(meta.u) if kind in _UNSIGNED_TYPES else int(meta.i)
+
+    def _string_array(self, index: int, length: int) -> list[str]:
+        s = ffi.new("const char **")
+        n = ffi.new("uint64_t *")
+        items = []
+        for j in range(length):
+            check(lib.pi_model_meta_array_str(self.handle, index, j, s, n))
+            items.append(_text(s[0], n[0]))
+        return items
+
+    def describe(self) -> str:
+        return ffi.string(lib.pi_model_describe(self.handle)).decode()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            lib.pi_model_free(ffi.gc(self._handle, None))
+            self._handle = None
+
+
+class NativeContext:
+    """KV cache, scratch and thread pool of one sequence. Logits are a zero-copy numpy view."""
+
+    def __init__(self, model: NativeModel, *, n_ctx: int, n_batch: int, n_threads: int,
+                 n_threads_batch: int, logits_all: bool, kernel_impl: int = 0):
+        params = lib.pi_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads_batch
+        params.logits_all = int(logits_all)
+        params.kernel_impl = kernel_impl
+        out = ffi.new("pi_context **")
+        check(lib.pi_context_new(model.handle, params, out))
+        self._handle = ffi.gc(out[0], lib.pi_context_free)
+        self._model = model  # the context borrows the model's weights
+        self.n_ctx = int(lib.pi_context_n_ctx(self._handle))
+        self.kernels = ffi.string(lib.pi_context_kernels(self._handle)).decode()
+        rows = ffi.new("int32_t *")
+        ptr = lib.pi_get_logits(self._handle, rows)
+        n_vocab = model.info.n_vocab
+        self.logits = np.frombuffer(ffi.buffer(ptr, rows[0] * n_vocab * 4), dtype=np.float32).reshape(rows[0], n_vocab)
+
+    def decode(self, tokens: np.ndarray, pos: int) -> None:
+        """Evaluate int32 `tokens` at positions pos, pos+1, ...; the GIL is released meanwhile."""
+        if self._handle is None:
+            raise ValueError("the context has been closed")
+        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+        check(lib.pi_decode(self._handle, ffi.from_buffer("int32_t[]", tokens), len(tokens), pos))
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self.logits = None
+            lib.pi_context_free(ffi.gc(self._handle, None))
+            self._handle = None

@@ -1,0 +1,192 @@
+"""Numpy reference forward pass for GGUF `llama` models, the yardstick the native runtime is checked against.
+
+Weights are read with gguf.GGUFReader and dequantized once with gguf.quants to
+float32; matmuls run in float32, norms, RoPE angles and softmax in float64.
+It follows llama.cpp's llama graph (src/models/llama.cpp):
+
+    x = token_embd[tokens]
+    per layer:  h = rmsnorm(x) * attn_norm
+                x += attn_output @ attention(rope(attn_q @ h), rope(attn_k @ h), attn_v @ h)
+                f = rmsnorm(x) * ffn_norm
+                x += ffn_down @ act(ffn_gate @ f, ffn_up @ f)
+    logits = output @ (rmsnorm(x) * output_norm)      (output = token_embd when tied)
+
+RoPE is llama.cpp's "normal" mode, which rotates adjacent pairs (x[2i], x[2i+1]).
+No Q/K permutation is needed here: convert_hf_to_gguf already permutes HF's
+rotate-half Q/K rows so that adjacent-pair rope on the GGUF tensors is right.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGUFReader, ReaderTensor
+from gguf.quants import dequantize
+
+ACTIVATIONS = {
+    # sigmoid(x) = (1 + tanh(x/2)) / 2 cannot overflow, unlike 1 / (1 + exp(-x)).
+    "silu_glu": lambda gate, up: gate * 0.5 * (1.0 + np.tanh(0.5 * gate)) * up,  # SwiGLU, llama's own
+    "relu_glu": lambda gate, up: np.maximum(gate, 0) * up,           # ReluLLaMA, ProSparse
+    "relu_relu_glu": lambda gate, up: np.maximum(gate, 0) * np.maximum(up, 0),  # dReLU (bamboo)
+}
+
+
+@dataclass
+class Layer:
+    """One block's weights, float32, [n_out, n_in] like the GGUF rows; biases may be None."""
+    attn_norm: np.ndarray    # [n_embd]
+    attn_q: np.ndarray       # [n_head * head_dim, n_embd]
+    attn_k: np.ndarray       # [n_head_kv * head_dim, n_embd]
+    attn_v: np.ndarray       # [n_head_kv * head_dim, n_embd]
+    attn_output: np.ndarray  # [n_embd, n_head * head_dim]
+    ffn_norm: np.ndarray     # [n_embd]
+    ffn_gate: np.ndarray     # [n_ff, n_embd]
+    ffn_up: np.ndarray       # [n_ff, n_embd]
+    ffn_down: np.ndarray     # [n_embd, n_ff]
+    attn_q_b: np.ndarray | None = None
+    attn_k_b: np.ndarray | None = None
+    attn_v_b: np.ndarray | None = None
+    attn_output_b: np.ndarray | None = None
+    ffn_gate_b: np.ndarray | None = None
+    ffn_up_b: np.ndarray | None = None
+    ffn_down_b: np.ndarray | None = None
+
+
+LAYER_WEIGHTS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+LAYER_BIASES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def dequantize_tensor(t: ReaderTensor) -> np.ndarray:
+    """float32 array in numpy order, i.e. GGUF ne reversed: [n_out, n_in] for weights."""
+    return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(tuple(reversed(t.shape.tolist())))
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return (x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * weight).astype(np.float32)
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    y = x @ w.T
+    return y if b is None else y + b
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+class ReferenceModel:
+    def __init__(self, path, act: str | None = None):
+        reader = GGUFReader(path)
+        # Tokenizer arrays are skipped: slow to unpack and not needed for logits.
+        self._kv = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("tokenizer.")}
+        arch = self._kv["general.architecture"]
+        if arch != "llama":
+            raise ValueError(f"reference supports arch 'llama', not {arch!r}")
+        self.act = ACTIVATIONS[act or "silu_glu"]
+        self.n_layer = self._hp("block_count")
+        self.n_head = self._hp("attention.head_count")
+        self.n_head_kv = self._hp("attention.head_count_kv", self.n_head)
+        self.head_dim = self._hp("attention.key_length", self._hp("embedding_length") // self.n_head)
+        self.n_rot = self._hp("rope.dimension_count", self.head_dim)
+        self.eps = self._hp("attention.layer_norm_rms_epsilon")
+        self.freq_base = self._hp("rope.freq_base", 10000.0)
+        self.freq_scale = self._rope_freq_scale()
+
+        tensors = {t.name: t for t in reader.tensors}
+
+        def get(name: str, required: bool = True) -> np.ndarray | None:
+            if name in tensors:
+                return dequantize_tensor(tensors[name])
+            if required:
+                raise ValueError(f"missing tensor {name!r}")
+            return None
+
+        self.token_embd = get("token_embd.weight")                 # [n_vocab, n_embd]
+        self.output_norm = get("output_norm.weight")               # [n_embd]
+        self.output = get("output.weight", required=False)         # [n_vocab, n_embd]
+        if self.output is None:
+            self.output = self.token_embd                          # tied
+        self.rope_freqs = get("rope_freqs.weight", required=False)  # [n_rot/2] llama3 factors
+        self.layers = [
+            Layer(**{f: get(f"blk.{i}.{f}.weight") for f in LAYER_WEIGHTS},
+                  **{f + "_b": get(f"blk.{i}.{f}.bias", required=False) for f in LAYER_BIASES})
+            for i in range(self.n_layer)
+        ]
+
+    def _hp(self, key: str, default=None):
+        return self._kv.get(f"llama.{key}", default)
+
+    def _rope_freq_scale(self) -> float:
+        # As llama.cpp: type defaults to linear; the factor key is optional (old name scale_linear).
+        kind = self._hp("rope.scaling.type", "linear")
+        if kind == "none":
+            return 1.0
+        if kind != "linear":
+            raise NotImplementedError(f"rope scaling {kind!r}")
+        factor = self._hp("rope.scaling.factor", self._hp("rope.scale_linear", 0.0))
+        return 1.0 if factor == 0.0 else 1.0 / factor
+
+    def _rope_tables(self, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin of theta[pos, i] = pos * freq_scale * base^(-2i/n_rot) / rope_freqs[i]; [T, n_rot/2]."""
+        inv_freq = self.freq_base ** (-np.arange(0, self.n_rot, 2, dtype=np.float64) / self.n_rot)
+        if self.rope_freqs is not None:
+            inv_freq = inv_freq / self.rope_freqs
+        theta = np.arange(n_tokens, dtype=np.float64)[:, None] * self.freq_scale * inv_freq[None, :]
+        return np.cos(theta), np.sin(theta)
+
+    def _rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """Rotate adjacent pairs of the first n_rot dims of x [T, heads, head_dim]."""
+        out = x.astype(np.float64)
+        x0, x1 = out[..., 0:self.n_rot:2].copy(), out[..., 1:self.n_rot:2].copy()
+        c, s = cos[:, None, :], sin[:, None, :]
+        out[..., 0:self.n_rot:2] = x0 * c - x1 * s
+        out[..., 1:self.n_rot:2] = x0 * s + x1 * c
+        return out.astype(np.float32)
+
+    def _attention(self, layer: Layer, h: np.ndarray, cos, sin) -> np.ndarray:
+        T, hd = h.shape[0], self.head_dim
+        q = self._rope(linear(h, layer.attn_q, layer.attn_q_b).reshape(T, self.n_head, hd), cos, sin)
+        k = self._rope(linear(h, layer.attn_k, layer.attn_k_b).reshape(T, self.n_head_kv, hd), cos, sin)
+        v = linear(h, layer.attn_v, layer.attn_v_b).reshape(T, self.n_head_kv, hd)
+        # Grouped-query: query head j reads kv head j // (n_head / n_head_kv), as ggml's broadcast.
+        group = self.n_head // self.n_head_kv
+        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k, dtype=np.float64) / np.sqrt(hd)  # [H, T, T]
+        scores[:, np.triu(np.ones((T, T), dtype=bool), 1)] = -np.inf          # causal
+        out = np.einsum("hqk,khd->qhd", softmax(scores), v.astype(np.float64)).astype(np.float32)
+        return linear(out.reshape(T, self.n_head * hd), layer.attn_output, layer.attn_output_b)
+
+    def forward(self, tokens, capture: bool = False):
+        """Logits [T, n_vocab] for every position; with capture also, per layer,
+        {"ffn_in": [T, n_embd] normed FFN input (what gate/up multiply),
+         "act": [T, n_ff] activation product fed to ffn_down}."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        x = self.token_embd[tokens]                     # [T, n_embd] residual stream
+        cos, sin = self._rope_tables(len(tokens))
+        captured = []
+        for layer in self.layers:
+            x = x + self._attention(layer, rms_norm(x, layer.attn_norm, self.eps), cos, sin)
+            f = rms_norm(x, layer.ffn_norm, self.eps)
+            a = self.act(linear(f, layer.ffn_gate, layer.ffn_gate_b), linear(f, layer.ffn_up, layer.ffn_up_b))
+            x = x + linear(a, layer.ffn_down, layer.ffn_down_b)
+            if capture:
+                captured.append({"ffn_in": f, "act": a})
+        logits = rms_norm(x, self.output_norm, self.eps) @ self.output.T
+        return (logits, captured) if capture else logits
+
+    def logits(self, tokens) -> np.ndarray:
+        return self.forward(tokens)
+
+
+def compare_logits(ref: np.ndarray, other: np.ndarray) -> dict[str, float]:
+    """Top-1 agreement and KL(ref || other) per position (mean and max), for [T, n_vocab] logits."""
+    logp = lambda z: np.log(softmax(np.asarray(z, dtype=np.float64)))  # noqa: E731
+    lp, lq = logp(ref), logp(other)
+    kl = np.sum(np.exp(lp) * (lp - lq), axis=-1)
+    return {
+        "top1": float(np.mean(ref.argmax(-1) == other.argmax(-1))),
+        "kl_mean": float(kl.mean()),
+        "kl_max": float(kl.max()),
+    }

@@ -1,0 +1,386 @@
+"""Small synthetic `llama` GGUF files for tests, and corrupt variants for loader tests.
+
+`write_llama_gguf` is the one writer for every synthetic model here, from the
+tiny test models to the 1.1B benchmark file (bench/make_tinyllama.py): tensors
+are declared first and then generated, quantized and written one at a time, so
+memory stays at one tensor even for the big file.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, TokenType
+from gguf.quants import quant_shape_to_byte_shape, quantize
+
+WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+# gguf-py has no numpy quantizer for K-quants; such tensors are written as all-zero
+# blocks (d = 0 decodes to zeros), a valid file for "unsupported type" tests.
+ZERO_FILLED_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+
+BOS, EOS = "<|startoftext|>", "<|endoftext|>"
+N_SPECIAL = 2
+# Letters in rough English frequency order, so the first merges are the common ones.
+LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
+
+
+# --- tokenizer -------------------------------------------------------------------
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (printable bytes map to themselves)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    rest = [b for b in range(256) if b not in printable]
+    # Insertion order is GPT-2's vocab order: printable bytes first, then the rest
+    # shifted past U+00FF (so space, 0x20, becomes U+0120 'Ġ').
+    return {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(rest)}
+
+
+def _merge_pairs():
+    """Merges in rank order: letter pairs, space+letter, then 3-letter words with and without space."""
+    space = bytes_to_unicode()[ord(" ")]
+    by_rank = lambda cs: sum(LETTERS.index(c) for c in cs)  # noqa: E731
+    pairs = sorted(product(LETTERS, repeat=2), key=by_rank)
+    triples = sorted(product(LETTERS, repeat=3), key=by_rank)
+    yield from pairs
+    yield from ((space, c) for c in LETTERS)
+    yield from ((space + a, b) for a, b in pairs)
+    yield from ((a + b, c) for a, b, c in triples)
+    yield from ((space + a + b, c) for a, b, c in triples)
+
+
+MAX_VOCAB = 256 + N_SPECIAL + 2 * 26**2 + 26 + 2 * 26**3
+
+
+def byte_bpe_vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
+    """A gpt2-style byte-level BPE vocab of exactly n_vocab tokens: 256 byte tokens,
+    n_vocab - 258 merges, then BOS and EOS (control tokens, last as in GPT-2)."""
+    if not 256 + N_SPECIAL <= n_vocab <= MAX_VOCAB:
+        raise ValueError(f"n_vocab must be in [{256 + N_SPECIAL}, {MAX_VOCAB}], got {n_vocab}")
+    tokens = list(bytes_to_unicode().values())
+    merges = []
+    for a, b in _merge_pairs():
+        if len(tokens) == n_vocab - N_SPECIAL:
+            break
+        merges.append(f"{a} {b}")
+        tokens.append(a + b)
+    types = [TokenType.NORMAL] * len(tokens) + [TokenType.CONTROL] * N_SPECIAL
+    return tokens + [BOS, EOS], [int(t) for t in types], merges
+
+
+# --- model -----------------------------------------------------------------------
+
+@dataclass
+class _TensorPlan:
+    name: str
+    shape: tuple[int, ...]  # numpy order: (n_out, n_in), i.e. GGUF ne reversed
+    qtype: GGMLQuantizationType
+    std: float              # weights ~ N(0, std); norms ~ 1 + N(0, std)
+    is_norm: bool = False
+
+
+def _tensor_plan(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, weight_type,
+                 output_type, biases) -> list[_TensorPlan]:
+    head_dim = n_embd // n_head
+    q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
+    wtype = GGMLQuantizationType[weight_type]
+    f32 = GGMLQuantizationType.F32
+    # Logits have std ~3 through the (tied or not) output matrix: peaked enough that
+    # top-1 comparisons mean something, far from saturating the softmax.
+    embd_std = 3.0 / np.sqrt(n_embd)
+
+    def linear(name, n_out, n_in):
+        # 1/sqrt(n_in) keeps every projection's output at unit RMS through the layers.
+        return _TensorPlan(name, (n_out, n_in), wtype, 1.0 / np.sqrt(n_in))
+
+    def norm(name):
+        return _TensorPlan(name, (n_embd,), f32, 0.1, is_norm=True)
+
+    plan = [_TensorPlan("token_embd.weight", (n_vocab, n_embd), wtype, embd_std), norm("output_norm.weight")]
+    if output_type is not None:
+        plan.append(_TensorPlan("output.weight", (n_vocab, n_embd), GGMLQuantizationType[output_type], embd_std))
+    for i in range(n_layer):
+        blk = f"blk.{i}."
+        plan += [
+            norm(blk + "attn_norm.weight"),
+            linear(blk + "attn_q.weight", q_dim, n_embd),
+            linear(blk + "attn_k.weight", kv_dim, n_embd),
+            linear(blk + "attn_v.weight", kv_dim, n_embd),
+            linear(blk + "attn_output.weight", n_embd, q_dim),
+            norm(blk + "ffn_norm.weight"),
+            linear(blk + "ffn_gate.weight", n_ff, n_embd),
+            linear(blk + "ffn_up.weight", n_ff, n_embd),
+            linear(blk + "ffn_down.weight", n_embd, n_ff),
+        ]
+        if biases:
+            plan += [_TensorPlan(blk + f"{t}.bias", (n,), f32, 0.1)
+                     for t, n in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim), ("attn_output", n_embd))]
+    return plan
+
+
+def _encoded_shape(t: _TensorPlan) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of the array handed to the writer (bytes for block formats)."""
+    if t.qtype == GGMLQuantizationType.F32:
+        return t.shape, np.dtype(np.float32)
+    if t.qtype == GGMLQuantizationType.F16:
+        return t.shape, np.dtype(np.float16)
+    return tuple(quant_shape_to_byte_shape(t.shape, t.qtype)), np.dtype(np.uint8)
+
+
+def _generate(t: _TensorPlan, seed: int) -> np.ndarray:
+    shape, dtype = _encoded_shape(t)
+    if t.qtype.name in ZERO_FILLED_TYPES:
+        return np.zeros(shape, dtype)
+    # Seeded by name, so omitting or adding a tensor leaves every other tensor unchanged.
+    rng = np.random.default_rng([seed, zlib.crc32(t.name.encode())])
+    x = rng.standard_normal(t.shape, dtype=np.float32) * np.float32(t.std)
+    if t.is_norm:
+        x += 1.0
+    return quantize(x, t.qtype)
+
+
+def _metadata(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train, arch,
+              rope_freq_base) -> dict[str, tuple[Any, GGUFValueType]]:
+    tokens, types, merges = byte_bpe_vocab(n_vocab)
+    u32, f32, s, arr = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING, GGUFValueType.ARRAY
+    return {
+        "general.name": (f"synthetic-{arch}", s),
+        f"{arch}.vocab_size": (n_vocab, u32),
+        f"{arch}.context_length": (n_ctx_train, u32),
+        f"{arch}.embedding_length": (n_embd, u32),
+        f"{arch}.block_count": (n_layer, u32),
+        f"{arch}.feed_forward_length": (n_ff, u32),
+        f"{arch}.attention.head_count": (n_head, u32),
+        f"{arch}.attention.head_count_kv": (n_head_kv, u32),
+        f"{arch}.attention.layer_norm_rms_epsilon": (1e-5, f32),
+        f"{arch}.rope.freq_base": (rope_freq_base, f32),
+        f"{arch}.rope.dimension_count": (n_embd // n_head, u32),
+        "tokenizer.ggml.model": ("gpt2", s),
+        "tokenizer.ggml.pre": ("gpt-2", s),
+        "tokenizer.ggml.tokens": (tokens, arr),
+        "tokenizer.ggml.token_type": (types, arr),
+        "tokenizer.ggml.merges": (merges, arr),
+        "tokenizer.ggml.bos_token_id": (tokens.index(BOS), u32),
+        "tokenizer.ggml.eos_token_id": (tokens.index(EOS), u32),
+        "tokenizer.ggml.add_bos_token": (True, GGUFValueType.BOOL),
+    }
+
+
+def _typed(value) -> tuple[Any, GGUFValueType]:
+    """extra_kv values: a (value, GGUFValueType) pair, or a plain value typed the way
+    llama.cpp's keys usually are (non-negative ints are u32: it checks types strictly)."""
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value, GGUFValueType.UINT32
+    return value, GGUFValueType.get_type(value)
+
+
+def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=96,
+                     n_ctx_train=256, weight_type="Q4_0", output_type=None, arch="llama", seed=0,
+                     rope_freq_base=10000.0, extra_kv=None, omit_tensor=None, omit_key=None,
+                     tensor_types=None, biases=False):
+    """Write a random-weight llama-shaped GGUF and return its path.
+
+    weight_type: type of every 2-D weight (norms and biases are always F32);
+    output_type: None ties the output to token_embd, else output.weight of that type;
+    extra_kv: {key: value or (value, GGUFValueType)} added or overriding;
+    omit_tensor / omit_key: leave that tensor / key out (loader tests);
+    tensor_types: {tensor name: type name} per-tensor overrides, K-quants written as zeros;
+    biases: add llama.cpp's optional attn_q/k/v/output biases.
+    """
+    dims = dict(n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff)
+    plan = _tensor_plan(**dims, weight_type=weight_type, output_type=output_type, biases=biases)
+    for name, type_name in (tensor_types or {}).items():
+        next(t for t in plan if t.name == name).qtype = GGMLQuantizationType[type_name]
+    if omit_tensor is not None:
+        kept = [t for t in plan if t.name != omit_tensor]
+        if len(kept) == len(plan):
+            raise KeyError(f"omit_tensor: no tensor {omit_tensor!r}")
+        plan = kept
+
+    writer = GGUFWriter(os.fspath(path), arch)
+    kv = _metadata(**dims, n_ctx_train=n_ctx_train, arch=arch, rope_freq_base=rope_freq_base)
+    kv.update({k: _typed(v) for k, v in (extra_kv or {}).items()})
+    for key, (value, vtype) in kv.items():
+        writer.add_key_value(key, value, vtype)
+    if omit_key is not None:
+        # Popped from the writer itself so keys it adds on its own (general.architecture) can go too.
+        if writer.kv_data[0].pop(omit_key, None) is None:
+            raise KeyError(f"omit_key: no key {omit_key!r}")
+
+    for t in plan:
+        shape, dtype = _encoded_shape(t)
+        writer.add_tensor_info(t.name, shape, dtype, int(np.prod(shape)) * dtype.itemsize, raw_dtype=t.qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in plan:
+        writer.write_tensor_data(_generate(t, seed))
+    writer.close()
+    return path
+
+
+# --- corrupt variants --------------------------------------------------------------
+
+_SCALAR_SIZES = {
+    GGUFValueType.UINT8: 1, GGUFValueType.INT8: 1, GGUFValueType.BOOL: 1,
+    GGUFValueType.UINT16: 2, GGUFValueType.INT16: 2,
+    GGUFValueType.UINT32: 4, GGUFValueType.INT32: 4, GGUFValueType.FLOAT32: 4,
+    GGUFValueType.UINT64: 8, GGUFValueType.INT64: 8, GGUFValueType.FLOAT64: 8,
+}
+
+
+@dataclass
+class KVField:
+    key: str
+    start: int        # offset of the key's u64 length
+    type_at: int      # offset of the u32 value type
+
+
+@dataclass
+class TensorField:
+    name: str
+    n_dims_at: int    # u32 n_dims, followed by n_dims u64 ne
+    ne: list[int]
+    type_at: int      # u32 ggml type
+    offset_at: int    # u64 data offset, relative to the data section
+    offset: int
+
+
+@dataclass
+class GGUFLayout:
+    """Byte offsets of a GGUF v3 file's parts, parsed here rather than by gguf-py
+    so that patches hit exactly the field they mean to."""
+    size: int
+    kv_start: int
+    ti_start: int
+    data_start: int
+    kvs: list[KVField]
+    tensors: list[TensorField]
+
+    def tensor(self, name: str) -> TensorField:
+        return next(t for t in self.tensors if t.name == name)
+
+
+class _Cursor:
+    def __init__(self, buf: bytes, pos: int = 0):
+        self.buf, self.pos = buf, pos
+
+    def take(self, fmt: str):
+        (value,) = struct.unpack_from("<" + fmt, self.buf, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        n = self.take("Q")
+        self.pos += n
+        return self.buf[self.pos - n:self.pos].decode("utf-8")
+
+    def skip_value(self, vtype: GGUFValueType) -> None:
+        if vtype == GGUFValueType.STRING:
+            self.string()
+        elif vtype == GGUFValueType.ARRAY:
+            item_type, count = GGUFValueType(self.take("I")), self.take("Q")
+            for _ in range(count):
+                self.skip_value(item_type)
+        else:
+            self.pos += _SCALAR_SIZES[vtype]
+
+
+def gguf_layout(path) -> GGUFLayout:
+    buf = Path(path).read_bytes()
+    cur = _Cursor(buf, 8)  # past magic and version
+    n_tensors, n_kv = cur.take("Q"), cur.take("Q")
+    kv_start = cur.pos
+    kvs, alignment = [], 32
+    for _ in range(n_kv):
+        start, key = cur.pos, cur.string()
+        type_at, vtype = cur.pos, GGUFValueType(cur.take("I"))
+        value_at = cur.pos
+        cur.skip_value(vtype)
+        if key == "general.alignment":
+            alignment = struct.unpack_from("<I", buf, value_at)[0]
+        kvs.append(KVField(key, start, type_at))
+    ti_start = cur.pos
+    tensors = []
+    for _ in range(n_tensors):
+        name, n_dims_at = cur.string(), cur.pos
+        ne = [cur.take("Q") for _ in range(cur.take("I"))]
+        type_at, _ = cur.pos, cur.take("I")
+        offset_at, offset = cur.pos, cur.take("Q")
+        tensors.append(TensorField(name, n_dims_at, ne, type_at, offset_at, offset))
+    data_start = -(-cur.pos // alignment) * alignment
+    return GGUFLayout(len(buf), kv_start, ti_start, data_start, kvs, tensors)
+
+
+def _patch(buf: bytes, *edits: tuple[int, str, int]) -> bytes:
+    out = bytearray(buf)
+    for at, fmt, value in edits:
+        struct.pack_into("<" + fmt, out, at, value)
+    return bytes(out)
+
+
+def _byte_variants(buf: bytes, lay: GGUFLayout) -> dict[str, bytes]:
+    """Corruptions of one file's bytes: each breaks one rule, of GGUF or of a llama's shapes."""
+    first, second, last = lay.tensors[0], lay.tensors[1], lay.tensors[-1]
+    ffn_up = lay.tensor("blk.0.ffn_up.weight")
+    huge = 1 << 60
+    return {
+        "truncated_header": buf[:12],
+        "truncated_kv": buf[:(lay.kv_start + lay.ti_start) // 2],
+        "truncated_tensor_info": buf[:(lay.ti_start + lay.data_start) // 2],
+        "truncated_data": buf[:(lay.data_start + lay.size) // 2],
+        "bad_magic": b"GGUX" + buf[4:],
+        "version_99": _patch(buf, (4, "I", 99)),
+        "n_tensors_huge": _patch(buf, (8, "Q", huge)),
+        "n_kv_huge": _patch(buf, (16, "Q", huge)),
+        "string_len_huge": _patch(buf, (lay.kvs[0].start, "Q", huge)),
+        "kv_type_99": _patch(buf, (lay.kvs[0].type_at, "I", 99)),
+        "n_dims_99": _patch(buf, (first.n_dims_at, "I", 99)),
+        "dims_huge": _patch(buf, (first.n_dims_at + 4, "Q", 1 << 40)),
+        # 2^32 * 2^32 wraps to 0 in 64 bits: an element count that looks harmless.
+        "dims_overflow": _patch(buf, (first.n_dims_at + 4, "Q", 1 << 32), (first.n_dims_at + 12, "Q", 1 << 32)),
+        "type_99": _patch(buf, (first.type_at, "I", 99)),
+        "offset_past_end": _patch(buf, (last.offset_at, "Q", lay.size)),
+        "offset_misaligned": _patch(buf, (second.offset_at, "Q", second.offset + 1)),
+        "offset_overlap": _patch(buf, (second.offset_at, "Q", first.offset)),
+        # ne swapped to {n_ff, n_embd}: same bytes, so the GGUF stays valid, but n_out is
+        # n_embd where a llama needs n_ff (llama.cpp demands contiguous offsets, so
+        # shrinking a tensor instead would already break the GGUF layer).
+        "wrong_shape_ffn_up": _patch(buf, (ffn_up.n_dims_at + 4, "Q", ffn_up.ne[1]), (ffn_up.n_dims_at + 12, "Q", ffn_up.ne[0])),
+    }
+
+
+def corrupt_variants(good_path, out_dir, **write_kwargs) -> list[tuple[str, str]]:
+    """Bad files derived from good_path, as [(name, path)].
+
+    Byte-level corruptions patch good_path itself. Semantic ones (valid GGUF, not a
+    loadable llama for this runtime) are rewritten with write_llama_gguf(**write_kwargs),
+    so pass the kwargs good_path was written with. "type_q2_k" is valid for llama.cpp
+    too; every other variant is rejected by it.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    buf = Path(good_path).read_bytes()
+    out = []
+    for name, data in _byte_variants(buf, gguf_layout(good_path)).items():
+        path = os.path.join(out_dir, name + ".gguf")
+        Path(path).write_bytes(data)
+        out.append((name, path))
+    # Q2_K needs rows of 256 weights, so that variant gets n_ff = 256 for its ffn_down.
+    semantic = {
+        "missing_tensor": dict(omit_tensor="blk.0.ffn_up.weight"),
+        "missing_key": dict(omit_key="llama.block_count"),
+        "arch_mamba": dict(arch="mamba"),
+        "type_q2_k": dict(n_ff=256, tensor_types={"blk.0.ffn_down.weight": "Q2_K"}),
+    }
+    for name, overrides in semantic.items():
+        path = os.path.join(out_dir, name + ".gguf")
+        out.append((name, write_llama_gguf(path, **{**write_kwargs, **overrides})))
+    return out
+
