@@ -11,9 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator, Optional
 
-import numpy as np
-
-from .sampling import logits_to_logprobs
+from .sampling import logits_to_logprobs, top_logprobs
 
 if TYPE_CHECKING:  # pragma: no cover
     from .llama import Llama
@@ -73,12 +71,11 @@ class _Logprobs:
     def piece(self, token: int) -> str:
         return self.llm.detokenize([token]).decode("utf-8", errors="ignore")
 
-    def entry(self, token: int, logits_row: np.ndarray) -> tuple[str, float, dict[str, float]]:
+    def entry(self, token: int, logits_row) -> tuple[str, float, dict[str, float]]:
         logprobs = logits_to_logprobs(logits_row)
-        top = np.argpartition(-logprobs, min(self.n_top, len(logprobs) - 1))[: self.n_top] if self.n_top > 0 else []
-        top = sorted(top, key=lambda i: -logprobs[i])
+        ids, values = top_logprobs(logprobs, self.n_top)
         token_str = self.piece(token)
-        top_dict = {self.piece(int(i)): float(logprobs[i]) for i in top}
+        top_dict = {self.piece(int(i)): float(v) for i, v in zip(ids, values)}
         top_dict[token_str] = float(logprobs[token])
         return token_str, float(logprobs[token]), top_dict
 

@@ -71,6 +71,7 @@ class Llama:
         self._logits_all = logits_all
         self.cache = None
         self.n_tokens = 0
+        self._history_start: Optional[int] = None  # where generate()'s sampled tokens begin
         self.n_threads = n_threads or max(multiprocessing.cpu_count() // 2, 1)
         self.n_threads_batch = n_threads_batch or multiprocessing.cpu_count()
         if vocab_only:
@@ -183,8 +184,10 @@ class Llama:
                                 logit_bias=logit_bias, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
                                 mirostat_eta=mirostat_eta)
         end = self.n_tokens if idx is None else idx + 1
-        return self._sampler.sample(self._last_logits(idx), self.input_ids[:end], params,
-                                    logits_processor=logits_processor)
+        # as llama-cpp-python: penalties see only what generate() sampled; a standalone call, nothing
+        start = end if self._history_start is None else min(self._history_start, end)
+        return self._sampler.sample(self._last_logits(idx), self.input_ids[start:end], params,
+                                    logits_processor=logits_processor, input_ids=self.input_ids[:end])
 
     def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
                  typical_p: float = 1.0, temp: float = 0.80, repeat_penalty: float = 1.0, reset: bool = True,
@@ -208,18 +211,22 @@ class Llama:
         elif reset:
             self.reset()
         self._sampler.reseed(self._seed)
+        self._history_start = self.n_tokens + len(tokens)
         kwargs = dict(top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
                       repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                       presence_penalty=presence_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
                       mirostat_eta=mirostat_eta, logits_processor=logits_processor, grammar=grammar,
                       logit_bias=logit_bias)
-        while True:
-            self.eval(tokens)
-            token = self.sample(**kwargs)
-            if stopping_criteria is not None and stopping_criteria(self._input_ids, self._last_logits()):
-                return
-            extra = yield token
-            tokens = [token] + (list(extra) if extra else [])
+        try:
+            while True:
+                self.eval(tokens)
+                token = self.sample(**kwargs)
+                if stopping_criteria is not None and stopping_criteria(self._input_ids, self._last_logits()):
+                    return
+                extra = yield token
+                tokens = [token] + (list(extra) if extra else [])
+        finally:
+            self._history_start = None
 
     # ---- completions ----
     def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,

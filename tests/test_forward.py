@@ -1,0 +1,100 @@
+"""The native forward pass against references: llama-cpp-python on the real model, and the
+numpy reference (tests/reference.py) on synthetic models of every supported tensor type."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydoc_data.topics import topics
+
+from reference import ReferenceModel, compare_logits
+from synthetic import WEIGHT_TYPES, write_llama_gguf
+
+from pypowerinfer import Llama
+
+N_TEACHER = 512
+
+
+def real_text() -> str:
+    return "\n\n".join(topics[k] for k in ("assert", "assignment", "async", "atom-identifiers", "attribute-access"))
+
+
+def teacher_forced(llm, tokens) -> np.ndarray:
+    llm.reset()
+    llm.eval(tokens)
+    return np.array(llm.scores[: len(tokens)], dtype=np.float64)
+
+
+def test_teacher_forced_logits_match_llama_cpp(smollm2, smollm2_ref):
+    tokens = smollm2_ref.tokenize(real_text().encode(), add_bos=False)[:N_TEACHER]
+    assert len(tokens) == N_TEACHER
+    stats = compare_logits(teacher_forced(smollm2_ref, tokens), teacher_forced(smollm2, tokens))
+    # llama.cpp agrees with itself only ~97.7% (top-1) between batched and one-token evaluation of
+    # this text: both quantize activations to 8 bits, so float noise flips rounding steps. KL is the
+    # meaningful bound; top-1 is held to what llama.cpp's own two paths achieve.
+    print(f"\nSmolLM2 vs llama.cpp over {N_TEACHER} tokens: top1 {stats['top1']:.2%} KL {stats['kl_mean']:.5f}")
+    assert stats["kl_mean"] <= 0.01
+    assert stats["top1"] >= 0.96
+
+
+def test_batched_equals_one_token_at_a_time(smollm2_path):
+    tokens = list(range(100, 164))
+    with Llama(str(smollm2_path), n_ctx=128, n_batch=64, logits_all=True, verbose=False) as batched, \
+         Llama(str(smollm2_path), n_ctx=128, n_batch=1, logits_all=True, verbose=False) as single:
+        a = teacher_forced(batched, tokens)
+        b = teacher_forced(single, tokens)
+    stats = compare_logits(a, b)
+    assert stats["kl_mean"] < 0.01 and stats["top1"] >= 0.95
+
+
+GREEDY_PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "Once upon a time, in a small village,",
+]
+
+
+@pytest.mark.parametrize("prompt", GREEDY_PROMPTS)
+def test_greedy_continuation_matches_llama_cpp(prompt, smollm2, smollm2_ref):
+    ours = smollm2(prompt, max_tokens=32, temperature=0.0)["choices"][0]["text"]
+    theirs = smollm2_ref(prompt, max_tokens=32, temperature=0.0)["choices"][0]["text"]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
+def test_synthetic_model_matches_numpy_reference(weight_type, tmp_path):
+    path = write_llama_gguf(tmp_path / f"{weight_type}.gguf", weight_type=weight_type, n_layer=2)
+    tokens = [5, 17, 200, 3, 99, 42, 7, 128, 250, 1, 64, 33]
+    ref = ReferenceModel(path).logits(tokens)
+    with Llama(str(path), n_ctx=64, logits_all=True, verbose=False) as llm:
+        ours = teacher_forced(llm, tokens)
+    stats = compare_logits(ref, ours)
+    float_weights = weight_type in ("F32", "F16", "BF16")
+    # block formats are dotted with 8-bit activations (as llama.cpp does); float formats are exact
+    assert stats["kl_mean"] < (1e-4 if float_weights else 5e-3), stats
+    assert stats["top1"] >= (1.0 if float_weights else 0.9), stats
+
+
+@pytest.mark.parametrize("variant", [dict(output_type="Q8_0"), dict(biases=True), dict(n_head_kv=4),
+                                     dict(rope_freq_base=500000.0)])
+def test_synthetic_shapes_match_numpy_reference(variant, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **variant)
+    tokens = list(range(3, 40, 3))
+    ref = ReferenceModel(path).logits(tokens)
+    with Llama(str(path), n_ctx=64, logits_all=True, verbose=False) as llm:
+        stats = compare_logits(ref, teacher_forced(llm, tokens))
+    assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+
+
+@pytest.mark.parametrize("impl", [1, 2, 3])
+def test_kernel_tiers_agree_end_to_end(impl, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="Q4_1")
+    tokens = list(range(10, 30))
+    with Llama(str(path), n_ctx=64, logits_all=True, verbose=False, kernel_impl=1) as ref_llm:
+        ref = teacher_forced(ref_llm, tokens)
+    try:
+        llm = Llama(str(path), n_ctx=64, logits_all=True, verbose=False, kernel_impl=impl)
+    except NotImplementedError:
+        pytest.skip(f"kernel tier {impl} is not available on this CPU")
+    with llm:
+        np.testing.assert_allclose(teacher_forced(llm, tokens), ref, rtol=0, atol=2e-3)
