@@ -117,7 +117,7 @@ class NativeModel:
 
     def close(self) -> None:
         if self._handle is not None:
-            lib.pi_model_free(ffi.gc(self._handle, None))
+            ffi.release(self._handle)  # runs pi_model_free now instead of at garbage collection
             self._handle = None
 
 
@@ -154,5 +154,5 @@ class NativeContext:
     def close(self) -> None:
         if self._handle is not None:
             self.logits = None
-            lib.pi_context_free(ffi.gc(self._handle, None))
+            ffi.release(self._handle)  # runs pi_context_free now
             self._handle = None

@@ -214,6 +214,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         a = quantize(c, c->xn, c->xq, n, q_dim);
         const mm_target o = { &L->attn_output, c->delta };
         matmul(c, a, n, &o, 1);
+        add_bias(c->delta, L->attn_output_b, n, d);
         add_residual(c->x, c->delta, n, d);
 
         /* FFN: x += down(act(gate(xn), up(xn))) */
@@ -221,10 +222,13 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         a = quantize(c, c->xn, c->xq, n, d);
         const mm_target gate_up[2] = { { &L->ffn_gate, c->gate }, { &L->ffn_up, c->up } };
         matmul(c, a, n, gate_up, 2);
+        add_bias(c->gate, L->ffn_gate_b, n, n_ff);
+        add_bias(c->up, L->ffn_up_b, n, n_ff);
         ffn_activation(c, n);
         a = quantize(c, c->gate, c->xq, n, n_ff);
         const mm_target down = { &L->ffn_down, c->delta };
         matmul(c, a, n, &down, 1);
+        add_bias(c->delta, L->ffn_down_b, n, d);
         add_residual(c->x, c->delta, n, d);
     }
 

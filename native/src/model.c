@@ -148,7 +148,7 @@ static int bind_tensors(pi_model *m) {
         m->output = m->token_embd;
         m->info.tied_output = 1;
     }
-    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_layer * (size_t)(2 * d + q_dim + 2 * kv_dim);
+    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_layer * (size_t)(4 * d + q_dim + 2 * kv_dim + 2 * h->n_ff);
     m->vectors = malloc(n_floats * sizeof(float));
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
@@ -168,10 +168,14 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_vector(m, &L->attn_k_b, &cur, NAME("attn_k.bias"), kv_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_v_b, &cur, NAME("attn_v.bias"), kv_dim, 0)) ||
             (rc = bind_weight(m, &L->attn_output, NAME("attn_output.weight"), q_dim, d, 1)) ||
+            (rc = bind_vector(m, &L->attn_output_b, &cur, NAME("attn_output.bias"), d, 0)) ||
             (rc = bind_vector(m, &L->ffn_norm, &cur, NAME("ffn_norm.weight"), d, 1)) ||
             (rc = bind_weight(m, &L->ffn_gate, NAME("ffn_gate.weight"), d, h->n_ff, 1)) ||
             (rc = bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, h->n_ff, 1)) ||
-            (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, 1)))
+            (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, 1)) ||
+            (rc = bind_vector(m, &L->ffn_gate_b, &cur, NAME("ffn_gate.bias"), h->n_ff, 0)) ||
+            (rc = bind_vector(m, &L->ffn_up_b, &cur, NAME("ffn_up.bias"), h->n_ff, 0)) ||
+            (rc = bind_vector(m, &L->ffn_down_b, &cur, NAME("ffn_down.bias"), d, 0)))
             return rc;
 #undef NAME
     }

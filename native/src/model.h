@@ -20,6 +20,7 @@ typedef struct {
     float *ffn_norm;                                    /* [n_embd] */
     pi_weight ffn_gate, ffn_up;                         /* n_embd -> n_ff, one row per FFN neuron */
     pi_weight ffn_down;                                 /* n_ff -> n_embd */
+    float *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b; /* optional biases, NULL when absent */
 } pi_layer;
 
 struct pi_model {

@@ -1,0 +1,64 @@
+/* api.c - the kernels as public entry points, for tests and micro-benchmarks. Each call
+ * builds its own table and activation buffer: simple, and cheap next to the work. */
+#include <stdlib.h>
+
+#include "kernels.h"
+#include "status.h"
+
+/* The kernel table for impl, or an error naming why there is none. */
+static int kernels_for(int32_t impl, pi_kernels *k) {
+    if (impl < PI_IMPL_AUTO || impl > PI_IMPL_AVX512) return pi_set_error(PI_ERR_ARG, "unknown kernel impl %d", impl);
+    if (pi_kernels_init(k, impl) != 0)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "kernel impl %d is not available on this CPU", impl);
+    return PI_OK;
+}
+
+/* The facts of `type` for rows of n weights, or an error. */
+static int row_type(int32_t type, int32_t n, const pi_type_info **info) {
+    *info = pi_type_get((uint32_t)type);
+    if (!*info) return pi_set_error(PI_ERR_UNSUPPORTED, "unsupported tensor type %s", pi_type_name((uint32_t)type));
+    if (n <= 0 || n % (*info)->block_size != 0)
+        return pi_set_error(PI_ERR_ARG, "row length %d is not a positive multiple of %s's block of %d", n,
+                            (*info)->name, (*info)->block_size);
+    return PI_OK;
+}
+
+PI_API uint64_t pi_type_row_bytes(int32_t type, int64_t n) {
+    const pi_type_info *info = pi_type_get((uint32_t)type);
+    if (!info || n < 0 || n % info->block_size != 0) return 0;
+    return (uint64_t)(n / info->block_size) * (uint64_t)info->type_size;
+}
+
+PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_t n, float *out) {
+    const pi_type_info *info;
+    pi_kernels k;
+    int rc = row_type(type, n, &info);
+    if (rc == PI_OK) rc = kernels_for(impl, &k);
+    if (rc != PI_OK) return rc;
+    if (!row || !out) return pi_set_error(PI_ERR_ARG, "pi_kernel_dequant: NULL row or output");
+    k.dequant[type](row, out, n);
+    return PI_OK;
+}
+
+PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t n,
+                            const float *X, int32_t nt, float *Y) {
+    const pi_type_info *info;
+    pi_kernels k;
+    int rc = row_type(type, n, &info);
+    if (rc == PI_OK) rc = kernels_for(impl, &k);
+    if (rc != PI_OK) return rc;
+    if (!W || !X || !Y) return pi_set_error(PI_ERR_ARG, "pi_kernel_matmul: NULL weights, input or output");
+    if (n_rows < 0 || nt < 0) return pi_set_error(PI_ERR_ARG, "pi_kernel_matmul: negative n_rows %d or nt %d", n_rows, nt);
+
+    pi_act act = {X, NULL, n};
+    block_q8x *q = NULL;
+    if (info->block_size == QK && nt > 0) {
+        q = malloc((size_t)nt * (size_t)(n / QK) * sizeof *q);
+        if (!q) return pi_set_error(PI_ERR_NOMEM, "pi_kernel_matmul: no memory for %d activation rows", nt);
+        for (int32_t t = 0; t < nt; t++) k.quantize_act(X + (size_t)t * n, q + (size_t)t * (n / QK), n);
+        act.q = q;
+    }
+    k.matmul[type](W, pi_type_row_bytes(type, n), NULL, 0, n_rows, act, nt, Y, n_rows);
+    free(q);
+    return PI_OK;
+}

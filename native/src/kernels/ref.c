@@ -1,0 +1,174 @@
+/* ref.c - the scalar reference for every kernel: plain C, one block at a time.
+ * It defines the results the SIMD tiers must reproduce, and PI_IMPL_REF forces it. */
+#include <math.h>
+#include <string.h>
+
+#include "ref.h"
+
+/* Activation blocks: d = amax / 127, qs = round-to-nearest-even(x * (1 / d)), s = d * sum(qs).
+ * Multiplying by 1/d (not dividing by d) and rounding to even is what the SIMD tiers do too,
+ * so all tiers produce bit-identical blocks. */
+static void quantize_act(const float *x, block_q8x *y, int n) {
+    for (int b = 0; b < n / QK; b++, x += QK, y++) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < QK; j++) {
+            /* The clamp only changes NaN inputs (to -127), which keeps the conversion defined. */
+            const float v = fminf(fmaxf(x[j] * id, -127.0f), 127.0f);
+            y->qs[j] = (int8_t)nearbyintf(v);
+            sum += y->qs[j];
+        }
+        y->d = d;
+        y->s = d * (float)sum;
+    }
+}
+
+/* Every block format, decoded: the weights are w[j] = d * q[j] + m. */
+typedef struct {
+    int8_t q[QK];
+    float d, m;
+} decoded_block;
+
+/* The 4-bit formats keep weight j in the low nibble of qs[j] and weight j + 16 in its high
+ * nibble; the 5-bit ones add bit 4 of weight j as bit j of the little-endian word qh. */
+static void unpack_nibbles(const uint8_t *qs, const uint8_t *qh, int offset, int8_t *q) {
+    const uint32_t h = qh ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24 : 0;
+    for (int j = 0; j < QK / 2; j++) {
+        q[j] = (int8_t)(((qs[j] & 0x0f) | ((h >> j) & 1) << 4) - offset);
+        q[j + QK / 2] = (int8_t)(((qs[j] >> 4) | ((h >> (j + QK / 2)) & 1) << 4) - offset);
+    }
+}
+
+static void decode_block(int type, const uint8_t *block, decoded_block *w) {
+    w->m = 0.0f;
+    switch (type) {
+    case PI_TYPE_Q4_0: {
+        const block_q4_0 *b = (const block_q4_0 *)block;
+        w->d = pi_fp16_to_f32(b->d);
+        unpack_nibbles(b->qs, NULL, 8, w->q);
+        break;
+    }
+    case PI_TYPE_Q4_1: {
+        const block_q4_1 *b = (const block_q4_1 *)block;
+        w->d = pi_fp16_to_f32(b->d);
+        w->m = pi_fp16_to_f32(b->m);
+        unpack_nibbles(b->qs, NULL, 0, w->q);
+        break;
+    }
+    case PI_TYPE_Q5_0: {
+        const block_q5_0 *b = (const block_q5_0 *)block;
+        w->d = pi_fp16_to_f32(b->d);
+        unpack_nibbles(b->qs, b->qh, 16, w->q);
+        break;
+    }
+    case PI_TYPE_Q5_1: {
+        const block_q5_1 *b = (const block_q5_1 *)block;
+        w->d = pi_fp16_to_f32(b->d);
+        w->m = pi_fp16_to_f32(b->m);
+        unpack_nibbles(b->qs, b->qh, 0, w->q);
+        break;
+    }
+    default: { /* PI_TYPE_Q8_0 */
+        const block_q8_0 *b = (const block_q8_0 *)block;
+        w->d = pi_fp16_to_f32(b->d);
+        memcpy(w->q, b->qs, QK);
+        break;
+    }
+    }
+}
+
+/* dot(w, x) = d * dx * sum(q * qx) + m * sum(dx * qx); the second sum is x->s. */
+float pi_ref_dot_blocks(int type, const void *row, const block_q8x *x, int b0, int nb) {
+    const int block_bytes = pi_type_get(type)->type_size;
+    float sum = 0.0f;
+    for (int b = b0; b < nb; b++) {
+        decoded_block w;
+        decode_block(type, (const uint8_t *)row + (size_t)b * block_bytes, &w);
+        int32_t isum = 0;
+        for (int j = 0; j < QK; j++) isum += w.q[j] * x[b].qs[j];
+        sum += w.d * x[b].d * (float)isum + w.m * x[b].s;
+    }
+    return sum;
+}
+
+static float load_float(int type, const void *row, int i) {
+    switch (type) {
+    case PI_TYPE_F16: return pi_fp16_to_f32(((const pi_fp16 *)row)[i]);
+    case PI_TYPE_BF16: return pi_bf16_to_f32(((const pi_bf16 *)row)[i]);
+    default: return ((const float *)row)[i]; /* PI_TYPE_F32 */
+    }
+}
+
+float pi_ref_dot_floats(int type, const void *row, const float *x, int i0, int n) {
+    float sum = 0.0f;
+    for (int i = i0; i < n; i++) sum += load_float(type, row, i) * x[i];
+    return sum;
+}
+
+static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
+                   pi_act x, int nt, float *Y, int y_stride) {
+    const int nb = x.n / QK, blocks = pi_type_get(type)->block_size == QK;
+    for (int i = 0; i < nr; i++) {
+        const uint8_t *row = pi_matmul_row(W, row_bytes, idx, r0, i);
+        for (int t = 0; t < nt; t++) {
+            Y[(size_t)t * y_stride + i] = blocks ? pi_ref_dot_blocks(type, row, x.q + (size_t)t * nb, 0, nb)
+                                                 : pi_ref_dot_floats(type, row, x.f + (size_t)t * x.n, 0, x.n);
+        }
+    }
+}
+
+static void dequant(int type, const void *row, float *y, int n) {
+    if (pi_type_get(type)->block_size == 1) {
+        for (int i = 0; i < n; i++) y[i] = load_float(type, row, i);
+        return;
+    }
+    const int block_bytes = pi_type_get(type)->type_size;
+    for (int b = 0; b < n / QK; b++) {
+        decoded_block w;
+        decode_block(type, (const uint8_t *)row + (size_t)b * block_bytes, &w);
+        for (int j = 0; j < QK; j++) y[b * QK + j] = w.d * w.q[j] + w.m;
+    }
+}
+
+/* The table holds one entry per type, so each type gets a named instance of the generic loops. */
+static void matmul_f32(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_F32, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_f16(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_F16, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_bf16(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_BF16, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q4_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q4_1(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_1, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q5_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q5_1(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_1, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q8_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q8_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
+
+static void dequant_f32(const void *row, float *y, int n) { dequant(PI_TYPE_F32, row, y, n); }
+static void dequant_f16(const void *row, float *y, int n) { dequant(PI_TYPE_F16, row, y, n); }
+static void dequant_bf16(const void *row, float *y, int n) { dequant(PI_TYPE_BF16, row, y, n); }
+static void dequant_q4_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q4_0, row, y, n); }
+static void dequant_q4_1(const void *row, float *y, int n) { dequant(PI_TYPE_Q4_1, row, y, n); }
+static void dequant_q5_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_0, row, y, n); }
+static void dequant_q5_1(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_1, row, y, n); }
+static void dequant_q8_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q8_0, row, y, n); }
+
+void pi_kernels_ref(pi_kernels *k) {
+    memset(k, 0, sizeof *k);
+    k->name = "ref";
+    k->quantize_act = quantize_act;
+    k->matmul[PI_TYPE_F32] = matmul_f32;
+    k->matmul[PI_TYPE_F16] = matmul_f16;
+    k->matmul[PI_TYPE_BF16] = matmul_bf16;
+    k->matmul[PI_TYPE_Q4_0] = matmul_q4_0;
+    k->matmul[PI_TYPE_Q4_1] = matmul_q4_1;
+    k->matmul[PI_TYPE_Q5_0] = matmul_q5_0;
+    k->matmul[PI_TYPE_Q5_1] = matmul_q5_1;
+    k->matmul[PI_TYPE_Q8_0] = matmul_q8_0;
+    k->dequant[PI_TYPE_F32] = dequant_f32;
+    k->dequant[PI_TYPE_F16] = dequant_f16;
+    k->dequant[PI_TYPE_BF16] = dequant_bf16;
+    k->dequant[PI_TYPE_Q4_0] = dequant_q4_0;
+    k->dequant[PI_TYPE_Q4_1] = dequant_q4_1;
+    k->dequant[PI_TYPE_Q5_0] = dequant_q5_0;
+    k->dequant[PI_TYPE_Q5_1] = dequant_q5_1;
+    k->dequant[PI_TYPE_Q8_0] = dequant_q8_0;
+}
