@@ -156,3 +156,13 @@ class NativeContext:
             self.logits = None
             ffi.release(self._handle)  # runs pi_context_free now
             self._handle = None
+
+
+def build_info() -> str:
+    """The backends compiled into the native library, e.g. "cpu x86 cuda"."""
+    return ffi.string(lib.pi_build_info()).decode()
+
+
+def cuda_device_count() -> int:
+    """CUDA devices this build can use (0 without a GPU, driver or CUDA build)."""
+    return int(lib.pi_cuda_device_count())

@@ -123,6 +123,12 @@ PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n
 PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_t n, float *out);
 /* Bytes of one row of n weights of `type`; 0 when unsupported or n is not a block multiple. */
 PI_API uint64_t pi_type_row_bytes(int32_t type, int64_t n);
+
+/* ---- devices ---- */
+/* CUDA devices usable by this build: 0 without a GPU, a driver, or a CUDA build. */
+PI_API int pi_cuda_device_count(void);
+/* What this build contains, e.g. "cpu x86 cuda": the backends compiled in. */
+PI_API const char *pi_build_info(void);
 /* CDEF-END */
 
 #ifdef __cplusplus
