@@ -3,13 +3,25 @@
     from pypowerinfer import Llama
     llm = Llama(model_path="model.gguf")
     print(llm("Q: What is the capital of France? A:", max_tokens=16)["choices"][0]["text"])
+
+The native library is loaded on first use of a name that needs it, so the pure-Python modules
+(tokenizer, sampling) import without it.
 """
-from ._ffi import PowerInferError, UnsupportedError
-from .llama import LLAMA_DEFAULT_SEED, Llama
-from .resources import default_model_path
-from .sampling import LogitsProcessorList, StoppingCriteriaList
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = ["Llama", "LLAMA_DEFAULT_SEED", "LogitsProcessorList", "StoppingCriteriaList", "PowerInferError",
-           "UnsupportedError", "default_model_path", "__version__"]
+_EXPORTS = {
+    "Llama": "llama", "LLAMA_DEFAULT_SEED": "llama",
+    "LogitsProcessorList": "sampling", "StoppingCriteriaList": "sampling",
+    "PowerInferError": "_ffi", "UnsupportedError": "_ffi",
+    "default_model_path": "resources",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'pypowerinfer' has no attribute {name!r}")

@@ -43,8 +43,8 @@ class ModelInfo:
     tied_output: bool
 
 
-def _text(ptr, length: int) -> str:
-    return ffi.unpack(ptr, length).decode("utf-8", "replace")
+def _text(ptr, length: int, errors: str = "replace") -> str:
+    return ffi.unpack(ptr, length).decode("utf-8", errors)
 
 
 class NativeModel:
@@ -109,7 +109,8 @@ class NativeModel:
         items = []
         for j in range(length):
             check(lib.pi_model_meta_array_str(self.handle, index, j, s, n))
-            items.append(_text(s[0], n[0]))
+            # surrogateescape keeps the exact bytes of tokens that are not valid UTF-8
+            items.append(_text(s[0], n[0], "surrogateescape"))
         return items
 
     def describe(self) -> str:
