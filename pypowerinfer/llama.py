@@ -53,12 +53,15 @@ class Llama:
         chat_format: Optional[str] = None,
         verbose: bool = True,
         kernel_impl: int = 0,
+        ffn_act: Optional[str] = None,
         **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
     ):
         self.verbose = verbose
         self.model_path = model_path
         self._lock = threading.RLock()
-        self._model = NativeModel(model_path, vocab_only=vocab_only)
+        # kernel_impl (0 auto, 1 scalar reference, 2 AVX2, 3 AVX-512) and ffn_act (override the
+        # architecture's FFN activation: silu_glu, relu_glu, relu_relu_glu) are pypowerinfer's own
+        self._model = NativeModel(model_path, vocab_only=vocab_only, ffn_act=ffn_act)
         self._ctx: Optional[NativeContext] = None
         meta = self._model.metadata()
         self.metadata: Dict[str, str] = {k: _meta_str(v) for k, v in meta.items()

@@ -50,12 +50,17 @@ def _text(ptr, length: int, errors: str = "replace") -> str:
 class NativeModel:
     """A memory-mapped GGUF model."""
 
-    def __init__(self, path: str | os.PathLike, vocab_only: bool = False):
+    def __init__(self, path: str | os.PathLike, vocab_only: bool = False, ffn_act: str | None = None):
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"Model path does not exist: {self.path}")
         params = lib.pi_model_default_params()
         params.vocab_only = int(vocab_only)
+        if ffn_act is not None:
+            codes = {name: code for code, name in ACTIVATIONS.items()}
+            if ffn_act not in codes:
+                raise ValueError(f"unknown FFN activation {ffn_act!r}; known: {', '.join(codes)}")
+            params.ffn_act = codes[ffn_act]
         out = ffi.new("pi_model **")
         check(lib.pi_model_load(self.path.encode(), params, out))
         self._handle = ffi.gc(out[0], lib.pi_model_free)

@@ -105,6 +105,16 @@ def test_synthetic_shapes_match_numpy_reference(variant, tmp_path):
     assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
 
 
+@pytest.mark.parametrize("act", ["relu_glu", "relu_relu_glu"])
+def test_relu_family_activations_match_numpy_reference(act, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32")
+    tokens = list(range(3, 40, 3))
+    ref = ReferenceModel(path, act=act).logits(tokens)
+    with Llama(str(path), n_ctx=64, logits_all=True, verbose=False, ffn_act=act) as llm:
+        stats = compare_logits(ref, teacher_forced(llm, tokens))
+    assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+
+
 @pytest.mark.parametrize("impl", [1, 2, 3])
 def test_kernel_tiers_agree_end_to_end(impl, tmp_path):
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type="Q4_1")

@@ -41,6 +41,7 @@ typedef struct pi_model pi_model;
 
 typedef struct {
     int vocab_only; /* parse metadata only; no weights are checked or bound */
+    int ffn_act;    /* PI_ACT_* to override the architecture's FFN activation; -1 keeps it */
 } pi_model_params;
 
 PI_API pi_model_params pi_model_default_params(void);

@@ -165,11 +165,20 @@ static void round_to_f16(const pi_context *c, float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = pi_fp16_to_f32(pi_f32_to_fp16(x[i]));
 }
 
+/* gate = act(gate, up): SwiGLU, or the ReLU forms of ReluLLaMA / ProSparse and dReLU (bamboo) */
 static void ffn_activation(const pi_context *c, int n) {
-    const int n_ff = c->model->info.n_ff;
-    for (int t = 0; t < n; t++) {
-        float *g = c->gate + (size_t)t * n_ff;
-        c->vec.silu_mul(g, c->up + (size_t)t * n_ff, g, n_ff);
+    const size_t count = (size_t)n * c->model->info.n_ff;
+    float *g = c->gate;
+    const float *u = c->up;
+    switch (c->model->info.ffn_act) {
+    case PI_ACT_RELU_GLU:
+        for (size_t i = 0; i < count; i++) g[i] = (g[i] > 0.0f ? g[i] : 0.0f) * u[i];
+        break;
+    case PI_ACT_RELU_RELU_GLU:
+        for (size_t i = 0; i < count; i++) g[i] = (g[i] > 0.0f ? g[i] : 0.0f) * (u[i] > 0.0f ? u[i] : 0.0f);
+        break;
+    default:
+        c->vec.silu_mul(g, u, g, (int)count);
     }
 }
 

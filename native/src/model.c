@@ -14,7 +14,7 @@ static const struct { const char *arch; int ffn_act; } ARCHS[] = {
 };
 
 PI_API pi_model_params pi_model_default_params(void) {
-    pi_model_params p = { .vocab_only = 0 };
+    pi_model_params p = { .vocab_only = 0, .ffn_act = -1 };
     return p;
 }
 
@@ -193,6 +193,11 @@ PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **ou
         rc = read_arch(m);
         if (!rc) rc = read_hparams(m);
         if (!rc) rc = bind_tensors(m);
+        if (!rc && params.ffn_act >= 0) {
+            if (params.ffn_act > PI_ACT_RELU_RELU_GLU)
+                rc = pi_set_error(PI_ERR_UNSUPPORTED, "FFN activation %d is not supported", params.ffn_act);
+            m->info.ffn_act = params.ffn_act;
+        }
     }
     if (rc) {
         pi_model_free(m);

@@ -9,48 +9,15 @@
  *
  * With 16 ymm registers a tile is 2 rows x 2 tokens for block formats and 4 x 2 for float
  * weights, which need 8 accumulators to keep both FMA pipes busy. */
-#include <immintrin.h>
-#include <stddef.h>
-#include <string.h>
-
-#include "ref.h"
-
-#define INLINE static inline __attribute__((always_inline))
+#include "simd.h"
 
 enum { MAX_R = 4, MAX_T = 2 }; /* the largest tile */
-
-INLINE size_t block_bytes(int type) {
-    switch (type) {
-    case PI_TYPE_Q4_0: return sizeof(block_q4_0);
-    case PI_TYPE_Q4_1: return sizeof(block_q4_1);
-    case PI_TYPE_Q5_0: return sizeof(block_q5_0);
-    case PI_TYPE_Q5_1: return sizeof(block_q5_1);
-    default: return sizeof(block_q8_0);
-    }
-}
-
-INLINE int is_float(int type) { return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
 
 INLINE int tile_rows(int type) { return is_float(type) ? 4 : 2; }
 INLINE int tile_tokens(int type) { return 2; }
 
-/* The formats with a per-block minimum m (w = d * q + m) add m * sum(d_x * x) = m * s_x. */
-INLINE int has_min(int type) { return type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_1; }
-
 /* What the format adds to make its weights unsigned (Q8_0 stays signed here). */
 INLINE int weight_offset(int type) { return type == PI_TYPE_Q4_0 ? 8 : type == PI_TYPE_Q5_0 ? 16 : 0; }
-
-static uint32_t load_u16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static uint32_t load_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 /* ---- weight blocks ---- */
 
@@ -144,15 +111,9 @@ INLINE void block_dot(int type, const wblock *w, const xblock *x, __m256 *acc, _
     if (has_min(type)) *accm = _mm_add_ps(*accm, ps);
 }
 
-INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
 /* Y[t * y_stride + r] for R rows x T tokens from token t0 on, touching the rows `ahead` so they
  * arrive from DRAM while this tile computes. */
-INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uint8_t *const *ahead, pi_act x,
+INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
                         int t0, float *Y, int y_stride) {
     const size_t bb = block_bytes(type);
     const int nb = x.n / QK;
@@ -175,7 +136,7 @@ INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, cons
         for (int t = 0; t < T; t++) xb[t] = load_xblock(xs[t] + b, weight_offset(type));
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)ahead[r] + b * bb, _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead[r] + b * bb), _MM_HINT_T1);
             const wblock w = load_wblock(type, rows[r] + b * bb);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) block_dot(type, &w, &xb[t], &acc[r][t], &accm[r][t]);
@@ -206,10 +167,8 @@ INLINE __m256 load_float8(int type, const void *row, int i) {
     }
 }
 
-INLINE int float_bytes(int type) { return type == PI_TYPE_F32 ? 4 : 2; }
-
 /* The last n % 8 weights of each row go to the reference. */
-INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uint8_t *const *ahead, pi_act x,
+INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
                         int t0, float *Y, int y_stride) {
     const float *xs[MAX_T];
     __m256 acc[MAX_R][MAX_T];
@@ -226,7 +185,7 @@ INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, cons
         for (int t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(xs[t] + i);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)ahead[r] + (size_t)i * float_bytes(type), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead[r] + (size_t)i * float_bytes(type)), _MM_HINT_T1);
             const __m256 w = load_float8(type, rows[r], i);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(w, xv[t], acc[r][t]);
@@ -241,39 +200,15 @@ INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, cons
 
 /* ---- the tile walk ---- */
 
-INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uint8_t *const *ahead, pi_act x, int t0,
-                 float *Y, int y_stride) {
+INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
+                 int t0, float *Y, int y_stride) {
     if (is_float(type)) tile_floats(type, R, T, rows, ahead, x, t0, Y, y_stride);
     else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
 }
 
-/* Rows outer, tokens inner: a tile's rows stay in L1 while every token tile passes over them.
- * Leftover rows and tokens go one at a time. The first token tile of each row group also
- * prefetches rows further on: with several rows read side by side the hardware prefetchers
- * fall behind, and rows picked by idx are not sequential at all. */
 INLINE void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x,
                    int nt, float *Y, int y_stride) {
-    const int TR = tile_rows(type), TT = tile_tokens(type), ahead_rows = pi_prefetch_rows(row_bytes, TR);
-    for (int i = 0; i < nr;) {
-        const int R = nr - i >= TR ? TR : 1;
-        const uint8_t *rows[MAX_R], *ahead[MAX_R];
-        for (int r = 0; r < R; r++) {
-            const int next = i + r + ahead_rows;
-            rows[r] = pi_matmul_row(W, row_bytes, idx, r0, i + r);
-            ahead[r] = pi_matmul_row(W, row_bytes, idx, r0, next < nr ? next : nr - 1);
-        }
-        for (int t = 0; t < nt;) {
-            const int T = nt - t >= TT ? TT : 1;
-            const uint8_t *const *pf = t == 0 ? ahead : rows; /* later tiles touch their own rows: a no-op */
-            float *y = Y + (size_t)t * y_stride + i;
-            if (R == TR && T == TT) tile(type, TR, TT, rows, pf, x, t, y, y_stride);
-            else if (R == TR) tile(type, TR, 1, rows, pf, x, t, y, y_stride);
-            else if (T == TT) tile(type, 1, TT, rows, pf, x, t, y, y_stride);
-            else tile(type, 1, 1, rows, pf, x, t, y, y_stride);
-            t += T;
-        }
-        i += R;
-    }
+    walk_tiles(type, tile_rows(type), tile_tokens(type), W, row_bytes, idx, r0, nr, x, nt, Y, y_stride);
 }
 
 /* ---- activations ---- */

@@ -12,30 +12,9 @@
  * A matmul walks tiles of R rows x T tokens (4x4 for prefill, 4x1 for decode): each weight
  * pair is decoded once per tile and each activation pair loaded once per tile. Float weights
  * (F32, F16, BF16) take the same walk with zmm FMAs and masked loads for the row tail. */
-#include <immintrin.h>
-#include <stddef.h>
-#include <string.h>
-
-#include "ref.h"
-
-#define INLINE static inline __attribute__((always_inline))
+#include "simd.h"
 
 enum { TILE_R = 4, TILE_T = 4 }; /* rows and tokens per full tile */
-
-INLINE size_t block_bytes(int type) {
-    switch (type) {
-    case PI_TYPE_Q4_0: return sizeof(block_q4_0);
-    case PI_TYPE_Q4_1: return sizeof(block_q4_1);
-    case PI_TYPE_Q5_0: return sizeof(block_q5_0);
-    case PI_TYPE_Q5_1: return sizeof(block_q5_1);
-    default: return sizeof(block_q8_0);
-    }
-}
-
-INLINE int is_float(int type) { return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
-
-/* The formats with a per-block minimum m (w = d * q + m) add m * sum(d_x * x) = m * s_x. */
-INLINE int has_min(int type) { return type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_1; }
 
 /* What the format adds to make its weights unsigned. */
 INLINE int weight_offset(int type) {
@@ -45,18 +24,6 @@ INLINE int weight_offset(int type) {
     case PI_TYPE_Q8_0: return 128;
     default: return 0;
     }
-}
-
-static uint32_t load_u16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static uint32_t load_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
 }
 
 /* ---- weight pairs ---- */
@@ -176,15 +143,9 @@ INLINE __m256 pair_dot(int type, const wpair *w, const xpair *x, __m256 acc) {
     return acc;
 }
 
-INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
 /* Y[t * y_stride + r] for R rows x T tokens from token t0 on, touching the rows `ahead` so they
  * arrive from DRAM while this tile computes. An odd last block goes to the reference. */
-INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uint8_t *const *ahead, pi_act x,
+INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
                         int t0, float *Y, int y_stride) {
     const size_t bb = block_bytes(type);
     const int nb = x.n / QK;
@@ -203,7 +164,7 @@ INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, cons
         for (int t = 0; t < T; t++) xp[t] = load_xpair(xs[t] + b, weight_offset(type));
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            for (size_t off = 0; off < 2 * bb; off += 64) _mm_prefetch((const char *)ahead[r] + b * bb + off, _MM_HINT_T0);
+            for (size_t off = 0; off < 2 * bb; off += 64) _mm_prefetch((const char *)(ahead[r] + b * bb + off), _MM_HINT_T1);
             const wpair w = load_wpair(type, rows[r] + b * bb, rows[r] + (b + 1) * bb);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) acc[r][t] = pair_dot(type, &w, &xp[t], acc[r][t]);
@@ -235,24 +196,22 @@ INLINE __m512 load_float16(int type, const void *row, int i, __mmask16 keep) {
     }
 }
 
-INLINE int float_bytes(int type) { return type == PI_TYPE_F32 ? 4 : 2; }
-
 /* One 16-wide step of an R x T float tile; the last step of a row passes a partial mask. */
-INLINE void float_step(int type, int R, int T, const uint8_t *const *rows, const uint8_t *const *ahead,
+INLINE void float_step(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead,
                        const float *const *xs, int i, __mmask16 keep, __m512 acc[TILE_R][TILE_T]) {
     __m512 x[TILE_T];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) x[t] = _mm512_maskz_loadu_ps(keep, xs[t] + i);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        _mm_prefetch((const char *)ahead[r] + (size_t)i * float_bytes(type), _MM_HINT_T0);
+        _mm_prefetch((const char *)(ahead[r] + (size_t)i * float_bytes(type)), _MM_HINT_T1);
         const __m512 w = load_float16(type, rows[r], i, keep);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(w, x[t], acc[r][t]);
     }
 }
 
-INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uint8_t *const *ahead, pi_act x,
+INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
                         int t0, float *Y, int y_stride) {
     const float *xs[TILE_T];
     __m512 acc[TILE_R][TILE_T];
@@ -273,39 +232,15 @@ INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, cons
 
 /* ---- the tile walk ---- */
 
-INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uint8_t *const *ahead, pi_act x, int t0,
-                 float *Y, int y_stride) {
+INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
+                 int t0, float *Y, int y_stride) {
     if (is_float(type)) tile_floats(type, R, T, rows, ahead, x, t0, Y, y_stride);
     else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
 }
 
-/* Rows outer, tokens inner: a tile's rows stay in L1 while every token tile passes over them.
- * Leftover rows and tokens go one at a time. The first token tile of each row group also
- * prefetches rows further on: with several rows read side by side the hardware prefetchers
- * fall behind, and rows picked by idx are not sequential at all. */
 INLINE void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x,
                    int nt, float *Y, int y_stride) {
-    const int ahead_rows = pi_prefetch_rows(row_bytes, TILE_R);
-    for (int i = 0; i < nr;) {
-        const int R = nr - i >= TILE_R ? TILE_R : 1;
-        const uint8_t *rows[TILE_R], *ahead[TILE_R];
-        for (int r = 0; r < R; r++) {
-            const int next = i + r + ahead_rows;
-            rows[r] = pi_matmul_row(W, row_bytes, idx, r0, i + r);
-            ahead[r] = pi_matmul_row(W, row_bytes, idx, r0, next < nr ? next : nr - 1);
-        }
-        for (int t = 0; t < nt;) {
-            const int T = nt - t >= TILE_T ? TILE_T : 1;
-            const uint8_t *const *pf = t == 0 ? ahead : rows; /* later tiles touch their own rows: a no-op */
-            float *y = Y + (size_t)t * y_stride + i;
-            if (R == TILE_R && T == TILE_T) tile(type, TILE_R, TILE_T, rows, pf, x, t, y, y_stride);
-            else if (R == TILE_R) tile(type, TILE_R, 1, rows, pf, x, t, y, y_stride);
-            else if (T == TILE_T) tile(type, 1, TILE_T, rows, pf, x, t, y, y_stride);
-            else tile(type, 1, 1, rows, pf, x, t, y, y_stride);
-            t += T;
-        }
-        i += R;
-    }
+    walk_tiles(type, TILE_R, TILE_T, W, row_bytes, idx, r0, nr, x, nt, Y, y_stride);
 }
 
 /* ---- activations ---- */
