@@ -32,6 +32,13 @@ def _meta_str(value: object) -> str:
     return str(value)
 
 
+def _sparse_mode(sparse: Union[bool, str]) -> int:
+    modes = {False: 0, True: 1, "decode": 1, "all": 2}
+    if sparse not in modes:
+        raise ValueError(f"sparse must be True, False, 'decode' or 'all', not {sparse!r}")
+    return modes[sparse]
+
+
 class Llama:
     """Load a GGUF model and run it; the constructor and methods follow llama-cpp-python 0.3.36."""
 
@@ -54,13 +61,17 @@ class Llama:
         verbose: bool = True,
         kernel_impl: int = 0,
         ffn_act: Optional[str] = None,
+        sparse: Union[bool, str] = True,
+        sparse_threshold_shift: float = 0.0,
         **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
     ):
         self.verbose = verbose
         self.model_path = model_path
         self._lock = threading.RLock()
-        # kernel_impl (0 auto, 1 scalar reference, 2 AVX2, 3 AVX-512) and ffn_act (override the
-        # architecture's FFN activation: silu_glu, relu_glu, relu_relu_glu) are pypowerinfer's own
+        # pypowerinfer's own options: kernel_impl (0 auto, 1 scalar reference, 2 AVX2, 3 AVX-512);
+        # ffn_act overrides the architecture's FFN activation (silu_glu, relu_glu, relu_relu_glu);
+        # sparse: with a profiled model, True runs the predicted neurons only for generated tokens,
+        # "all" for prompts too, False always dense; sparse_threshold_shift > 0 is sparser.
         self._model = NativeModel(model_path, vocab_only=vocab_only, ffn_act=ffn_act)
         self._ctx: Optional[NativeContext] = None
         meta = self._model.metadata()
@@ -90,7 +101,8 @@ class Llama:
         self.n_batch = max(1, min(n_ctx, n_batch))
         self._ctx = NativeContext(self._model, n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
                                   n_threads_batch=self.n_threads_batch, logits_all=logits_all,
-                                  kernel_impl=kernel_impl)
+                                  kernel_impl=kernel_impl, sparse=_sparse_mode(sparse),
+                                  sparse_threshold_shift=sparse_threshold_shift)
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]

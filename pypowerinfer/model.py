@@ -131,7 +131,8 @@ class NativeContext:
     """KV cache, scratch and thread pool of one sequence. Logits are a zero-copy numpy view."""
 
     def __init__(self, model: NativeModel, *, n_ctx: int, n_batch: int, n_threads: int,
-                 n_threads_batch: int, logits_all: bool, kernel_impl: int = 0):
+                 n_threads_batch: int, logits_all: bool, kernel_impl: int = 0, sparse: int = 1,
+                 sparse_threshold_shift: float = 0.0):
         params = lib.pi_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -139,6 +140,9 @@ class NativeContext:
         params.n_threads_batch = n_threads_batch
         params.logits_all = int(logits_all)
         params.kernel_impl = kernel_impl
+        params.sparse = sparse
+        params.sparse_threshold_shift = sparse_threshold_shift
+        self._capture = None
         out = ffi.new("pi_context **")
         check(lib.pi_context_new(model.handle, params, out))
         self._handle = ffi.gc(out[0], lib.pi_context_free)
@@ -157,9 +161,37 @@ class NativeContext:
         tokens = np.ascontiguousarray(tokens, dtype=np.int32)
         check(lib.pi_decode(self._handle, ffi.from_buffer("int32_t[]", tokens), len(tokens), pos))
 
+    def set_capture(self, ffn_in: np.ndarray | None, act: np.ndarray | None) -> None:
+        """Record every layer's FFN input [n_layer, T, n_embd] and activation [n_layer, T, n_ff]
+        (float32, C-contiguous, T the same for both) for the tokens of each later decode call.
+        None, None stops recording. The arrays must stay alive while recording."""
+        if ffn_in is None or act is None:
+            check(lib.pi_context_set_capture(self._handle, ffi.NULL, ffi.NULL, 0))
+            self._capture = None
+            return
+        info = self._model.info
+        t = ffn_in.shape[1] if ffn_in.ndim == 3 else -1
+        if (ffn_in.shape != (info.n_layer, t, info.n_embd) or act.shape != (info.n_layer, t, info.n_ff)
+                or ffn_in.dtype != np.float32 or act.dtype != np.float32
+                or not (ffn_in.flags.c_contiguous and act.flags.c_contiguous and ffn_in.flags.writeable)):
+            raise ValueError(f"capture buffers must be float32 C arrays [{info.n_layer}, T, {info.n_embd}] "
+                             f"and [{info.n_layer}, T, {info.n_ff}]")
+        self._capture = (ffn_in, act)  # keep them alive while native code writes into them
+        check(lib.pi_context_set_capture(self._handle, ffi.from_buffer("float[]", ffn_in),
+                                         ffi.from_buffer("float[]", act), t))
+
+    def stats(self) -> dict[str, int]:
+        out = ffi.new("pi_stats *")
+        check(lib.pi_context_get_stats(self._handle, out))
+        return {"tokens": out.tokens, "ffn_rows_dense": out.ffn_rows_dense, "ffn_rows_done": out.ffn_rows_done}
+
+    def reset_stats(self) -> None:
+        lib.pi_context_reset_stats(self._handle)
+
     def close(self) -> None:
         if self._handle is not None:
             self.logits = None
+            self._capture = None
             ffi.release(self._handle)  # runs pi_context_free now
             self._handle = None
 

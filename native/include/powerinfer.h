@@ -99,7 +99,15 @@ typedef struct {
     int32_t n_threads_batch; /* threads for prefill batches; <= 0 = n_threads */
     int32_t logits_all;      /* keep logits of every position (n_ctx rows), not only the last */
     int32_t kernel_impl;     /* 0 auto, 1 scalar reference, 2 avx2, 3 avx512 */
+    int32_t sparse;          /* PI_SPARSE_*: use the model's FFN predictors (when it has them) */
+    float sparse_threshold_shift; /* added to every layer's predictor threshold: > 0 sparser */
 } pi_context_params;
+
+enum {
+    PI_SPARSE_OFF = 0,       /* dense FFN everywhere (the exact result) */
+    PI_SPARSE_DECODE = 1,    /* predicted neurons only for one-token steps; prompts run dense */
+    PI_SPARSE_ALL = 2        /* predicted neurons for every token, prompts included */
+};
 
 PI_API pi_context_params pi_context_default_params(void);
 PI_API int pi_context_new(pi_model *model, pi_context_params params, pi_context **out);
@@ -114,6 +122,21 @@ PI_API int pi_decode(pi_context *ctx, const int32_t *tokens, int32_t n_tokens, i
 /* The logits buffer, owned by the context: [n_ctx][n_vocab] with logits_all (row = position),
  * else [1][n_vocab] holding the last evaluated position. *rows receives the row count. */
 PI_API float *pi_get_logits(pi_context *ctx, int32_t *rows);
+
+/* ---- profiling, for convert/add_profile.py ---- */
+/* While set, every pi_decode writes, for its i-th token (i < max_tokens), layer l's normed FFN
+ * input to ffn_in[(l * max_tokens + i) * n_embd ...] and its activation product (the input of
+ * ffn_down, dense) to act[(l * max_tokens + i) * n_ff ...]. The buffers stay the caller's and
+ * must outlive the capture; pi_context_set_capture(ctx, NULL, NULL, 0) stops it. */
+PI_API int pi_context_set_capture(pi_context *ctx, float *ffn_in, float *act, int32_t max_tokens);
+
+typedef struct {
+    int64_t tokens;          /* tokens evaluated since the context was made or the stats reset */
+    int64_t ffn_rows_dense;  /* FFN neurons a dense FFN would have computed for them */
+    int64_t ffn_rows_done;   /* FFN neurons actually computed */
+} pi_stats;
+PI_API int pi_context_get_stats(const pi_context *ctx, pi_stats *out);
+PI_API void pi_context_reset_stats(pi_context *ctx);
 
 /* ---- kernels, exposed for tests and micro-benchmarks ---- */
 /* Y[t][r] = dot(row r of W, X[t]) for t < nt, r < n_rows; W holds n_rows rows of n weights in

@@ -9,7 +9,8 @@
 
 PI_API pi_context_params pi_context_default_params(void) {
     pi_context_params p = { .n_ctx = 512, .n_batch = 512, .n_threads = 0, .n_threads_batch = 0,
-                            .logits_all = 0, .kernel_impl = PI_IMPL_AUTO };
+                            .logits_all = 0, .kernel_impl = PI_IMPL_AUTO, .sparse = PI_SPARSE_DECODE,
+                            .sparse_threshold_shift = 0.0f };
     return p;
 }
 
@@ -20,7 +21,7 @@ static int cpu_count(void) {
 
 /* Sizes of every buffer, in floats (or blocks), computed once so the total can be checked first. */
 typedef struct {
-    size_t kv, x, xn, xq, q, k, gate, rope, inv_freq, att, out_x, out_q, logits;
+    size_t kv, x, xn, xq, q, k, gate, rope, inv_freq, att, out_x, out_q, logits, rank, per_thread, ff;
 } buffer_sizes;
 
 static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_threads, int logits_rows) {
@@ -43,13 +44,17 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .out_x = (size_t)B * h->n_embd,
         .out_q = (size_t)B * ((size_t)(h->n_embd + QK - 1) / QK),
         .logits = (size_t)logits_rows * h->n_vocab,
+        .rank = (size_t)(m->max_rank + QK),
+        .per_thread = (size_t)n_threads * h->n_embd,
+        .ff = (size_t)h->n_ff,
     };
     return s;
 }
 
 static double total_bytes(const buffer_sizes *s) {
     double floats = s->kv /* two f16 caches */ + s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
-                    2.0 * s->out_x + s->logits;
+                    2.0 * s->out_x + s->logits + s->rank +
+                    2.0 * s->per_thread + 2.0 * s->ff;
     return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x);
 }
 
@@ -107,8 +112,15 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->delta = malloc(s.out_x * sizeof(float));
     c->out_q = malloc(s.out_q * sizeof(block_q8x));
     c->logits = calloc(s.logits, sizeof(float));
+    c->pred_h = malloc(s.rank * sizeof(float));
+    c->pred_hq = malloc((s.rank / QK + 1) * sizeof(block_q8x));
+    c->pred_out = malloc(s.ff * sizeof(float));
+    c->active = malloc(s.ff * sizeof(int32_t));
+    c->down_acc = malloc(s.per_thread * sizeof(float));
+    c->row_buf = malloc(s.per_thread * sizeof(float));
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq || !c->q || !c->k || !c->v || !c->gate || !c->up ||
-        !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q || !c->logits) {
+        !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q || !c->logits ||
+        !c->pred_h || !c->pred_hq || !c->pred_out || !c->active || !c->down_acc || !c->row_buf) {
         pi_context_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
     }
@@ -133,6 +145,7 @@ PI_API void pi_context_free(pi_context *c) {
     free(c->k_cache); free(c->v_cache); free(c->x); free(c->xn); free(c->xq); free(c->q); free(c->k); free(c->v);
     free(c->gate); free(c->up); free(c->rope_cs); free(c->inv_freq); free(c->att);
     free(c->out_x); free(c->delta); free(c->out_q); free(c->logits);
+    free(c->pred_h); free(c->pred_hq); free(c->pred_out); free(c->active); free(c->down_acc); free(c->row_buf);
     free(c);
 }
 
@@ -154,6 +167,7 @@ PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int
             return pi_set_error(PI_ERR_ARG, "token id %d at index %d is outside the vocabulary of %d", tokens[i], i,
                                 n_vocab);
     c->n_past = pos;
+    c->capture_base = pos;
     for (int32_t done = 0; done < n_tokens;) {
         int n = n_tokens - done < (int32_t)c->n_batch ? n_tokens - done : (int32_t)c->n_batch;
         int last_chunk = done + n == n_tokens;
@@ -162,6 +176,26 @@ PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int
         done += n;
     }
     return PI_OK;
+}
+
+PI_API int pi_context_set_capture(pi_context *c, float *ffn_in, float *act, int32_t max_tokens) {
+    if (!c) return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: NULL context");
+    if ((ffn_in == NULL) != (act == NULL) || max_tokens < 0 || (ffn_in && max_tokens == 0))
+        return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: give both buffers and max_tokens > 0, or neither");
+    c->capture_ffn_in = ffn_in;
+    c->capture_act = act;
+    c->capture_max = ffn_in ? max_tokens : 0;
+    return PI_OK;
+}
+
+PI_API int pi_context_get_stats(const pi_context *c, pi_stats *out) {
+    if (!c || !out) return pi_set_error(PI_ERR_ARG, "pi_context_get_stats: NULL argument");
+    *out = c->stats;
+    return PI_OK;
+}
+
+PI_API void pi_context_reset_stats(pi_context *c) {
+    if (c) memset(&c->stats, 0, sizeof c->stats);
 }
 
 PI_API float *pi_get_logits(pi_context *c, int32_t *rows) {

@@ -34,6 +34,19 @@ struct pi_context {
     block_q8x *out_q;   /* [B][n_embd/32] */
     float *logits;      /* [logits_rows][n_vocab] */
     int32_t logits_rows;
+
+    /* sparse FFN, one token at a time */
+    float *pred_h;      /* [max_rank]      predictor hidden layer */
+    block_q8x *pred_hq; /* [max_rank/32] */
+    float *pred_out;    /* [n_ff]          predictor logits */
+    int32_t *active;    /* [n_ff]          neurons predicted to fire, ascending */
+    float *down_acc;    /* [n_threads][n_embd] per-thread partial sums of the sparse down */
+    float *row_buf;     /* [n_threads][n_embd] one dequantized ffn_down_t row per thread */
+
+    /* profiling capture (caller's buffers, see pi_context_set_capture) */
+    float *capture_ffn_in, *capture_act;
+    int32_t capture_max, capture_base; /* capture_base: first position of the current pi_decode */
+    pi_stats stats;
 };
 
 enum { PI_LOGITS_NONE = 0, PI_LOGITS_LAST = 1, PI_LOGITS_ALL = 2 };

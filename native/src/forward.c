@@ -13,8 +13,12 @@
 
 typedef struct {
     const pi_weight *w;
-    float *Y;          /* [nt][y_stride], row i of the weight lands in column i */
+    float *Y;             /* [nt][n_rows]: output i of a token is row rows(i) of the weight */
+    const int32_t *idx;   /* rows(i) = idx[i] for the sparse FFN; NULL: rows(i) = i */
+    int n_rows;           /* 0: all of w->n_out */
 } mm_target;
+
+static int target_rows(const mm_target *t) { return t->n_rows ? t->n_rows : (int)t->w->n_out; }
 
 typedef struct {
     const pi_kernels *kern;
@@ -37,13 +41,13 @@ static void mm_worker(void *arg, int ith, int nth) {
         int ti = 0;
         while (c >= t->chunks[ti]) c -= t->chunks[ti++];
         const mm_target *tg = &t->targets[ti];
-        const int row_chunks = (int)((tg->w->n_out + t->rows_per_chunk - 1) / t->rows_per_chunk);
+        const int rows = target_rows(tg), row_chunks = (rows + t->rows_per_chunk - 1) / t->rows_per_chunk;
         const int r0 = (c % row_chunks) * t->rows_per_chunk, t0 = (c / row_chunks) * t->toks_per_chunk;
-        const int nr = (int)(tg->w->n_out - r0 < t->rows_per_chunk ? tg->w->n_out - r0 : t->rows_per_chunk);
+        const int nr = rows - r0 < t->rows_per_chunk ? rows - r0 : t->rows_per_chunk;
         const int nt = t->nt - t0 < t->toks_per_chunk ? t->nt - t0 : t->toks_per_chunk;
         pi_act x = { t->x.f + (size_t)t0 * t->x.n, t->x.q ? t->x.q + (size_t)t0 * blocks_per_row : NULL, t->x.n };
-        t->kern->matmul[tg->w->type](tg->w->data, tg->w->row_bytes, NULL, r0, nr, x, nt,
-                                     tg->Y + (size_t)t0 * tg->w->n_out + r0, (int)tg->w->n_out);
+        t->kern->matmul[tg->w->type](tg->w->data, tg->w->row_bytes, tg->idx ? tg->idx + r0 : NULL, r0, nr, x, nt,
+                                     tg->Y + (size_t)t0 * rows + r0, rows);
     }
     (void)ith;
     (void)nth;
@@ -58,7 +62,7 @@ static void matmul(pi_context *c, pi_act x, int nt, const mm_target *targets, in
     t.toks_per_chunk = 64;
     for (int i = 0; i < n_targets; i++) {
         t.targets[i] = targets[i];
-        int row_chunks = (int)((targets[i].w->n_out + t.rows_per_chunk - 1) / t.rows_per_chunk);
+        int row_chunks = (target_rows(&targets[i]) + t.rows_per_chunk - 1) / t.rows_per_chunk;
         t.chunks[i] = row_chunks * ((nt + t.toks_per_chunk - 1) / t.toks_per_chunk);
         t.n_chunks += t.chunks[i];
     }
@@ -165,11 +169,8 @@ static void round_to_f16(const pi_context *c, float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = pi_fp16_to_f32(pi_f32_to_fp16(x[i]));
 }
 
-/* gate = act(gate, up): SwiGLU, or the ReLU forms of ReluLLaMA / ProSparse and dReLU (bamboo) */
-static void ffn_activation(const pi_context *c, int n) {
-    const size_t count = (size_t)n * c->model->info.n_ff;
-    float *g = c->gate;
-    const float *u = c->up;
+/* g = act(g, u) over count values: SwiGLU, or the ReLU forms of ReluLLaMA / ProSparse and dReLU */
+static void activate(const pi_context *c, float *g, const float *u, size_t count) {
     switch (c->model->info.ffn_act) {
     case PI_ACT_RELU_GLU:
         for (size_t i = 0; i < count; i++) g[i] = (g[i] > 0.0f ? g[i] : 0.0f) * u[i];
@@ -180,6 +181,116 @@ static void ffn_activation(const pi_context *c, int n) {
     default:
         c->vec.silu_mul(g, u, g, (int)count);
     }
+}
+
+/* copy n rows of `dim` floats into layer `il` of a capture buffer, at the step's token offset */
+static void capture(const pi_context *c, float *buf, const float *rows, int il, int n, int dim) {
+    const int first = c->n_past - c->capture_base;
+    for (int t = 0; t < n && first + t < c->capture_max; t++)
+        memcpy(buf + ((size_t)il * c->capture_max + (size_t)(first + t)) * dim, rows + (size_t)t * dim,
+               (size_t)dim * sizeof(float));
+}
+
+/* ---- FFN: dense, or over the neurons the predictor picks ---- */
+
+/* y = sum_j a[j] * row(rows[j]) of a weight stored one neuron per row (ffn_down_t); rows NULL
+ * means every neuron. Threads claim runs of neurons and sum into their own accumulator. */
+typedef struct {
+    pi_context *c;
+    const pi_weight *w;
+    const int32_t *rows;
+    const float *a;
+    int n;
+    atomic_int next;
+} down_task;
+
+enum { DOWN_RUN = 32 };
+
+static void down_worker(void *arg, int ith, int nth) {
+    down_task *t = arg;
+    pi_context *c = t->c;
+    const int d = (int)t->w->n_in;
+    float *acc = c->down_acc + (size_t)ith * d, *row = c->row_buf + (size_t)ith * d;
+    memset(acc, 0, (size_t)d * sizeof(float));
+    for (;;) {
+        const int j0 = atomic_fetch_add_explicit(&t->next, DOWN_RUN, memory_order_relaxed);
+        if (j0 >= t->n) return;
+        const int j1 = j0 + DOWN_RUN < t->n ? j0 + DOWN_RUN : t->n;
+        for (int j = j0; j < j1; j++) {
+            if (t->a[j] == 0.0f) continue; /* ReLU zeros cost nothing */
+            const size_t r = t->rows ? (size_t)t->rows[j] : (size_t)j;
+            c->kern.dequant[t->w->type](t->w->data + r * t->w->row_bytes, row, d);
+            c->vec.axpy(t->a[j], row, acc, d);
+        }
+    }
+    (void)nth;
+}
+
+static void down_by_rows(pi_context *c, const pi_weight *w, const int32_t *rows, const float *a, int n, float *y) {
+    down_task t = { .c = c, .w = w, .rows = rows, .a = a, .n = n };
+    atomic_init(&t.next, 0);
+    int nth = c->params.n_threads < pi_threadpool_size(c->pool) ? c->params.n_threads : pi_threadpool_size(c->pool);
+    pi_threadpool_run(c->pool, down_worker, &t, nth);
+    const int d = (int)w->n_in;
+    memcpy(y, c->down_acc, (size_t)d * sizeof(float));
+    for (int i = 1; i < nth; i++) c->vec.axpy(1.0f, c->down_acc + (size_t)i * d, y, d);
+}
+
+static void add_bias_rows(float *y, const float *b, const int32_t *rows, int n) {
+    if (!b) return;
+    for (int j = 0; j < n; j++) y[j] += b[rows[j]];
+}
+
+/* delta[0..n) = FFN(xn) for n tokens, every neuron */
+static void ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a) {
+    const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
+    const mm_target gate_up[2] = { { &L->ffn_gate, c->gate }, { &L->ffn_up, c->up } };
+    matmul(c, a, n, gate_up, 2);
+    add_bias(c->gate, L->ffn_gate_b, n, n_ff);
+    add_bias(c->up, L->ffn_up_b, n, n_ff);
+    activate(c, c->gate, c->up, (size_t)n * n_ff);
+    if (c->capture_act) capture(c, c->capture_act, c->gate, il, n, n_ff);
+    if (L->ffn_down.data) {
+        const mm_target down = { &L->ffn_down, c->delta };
+        matmul(c, quantize(c, c->gate, c->xq, n, n_ff), n, &down, 1);
+    } else { /* PowerInfer's files: only the transposed down matrix */
+        for (int t = 0; t < n; t++)
+            down_by_rows(c, &L->ffn_down_t, NULL, c->gate + (size_t)t * n_ff, n_ff, c->delta + (size_t)t * d);
+    }
+    c->stats.ffn_rows_done += (int64_t)n * n_ff;
+}
+
+/* delta[t] = FFN(xn[t]) over the neurons whose predictor logit reaches the layer's threshold:
+ * logits = fc2 relu(fc1 xn); gate and up only for those rows; down as a sum of their rows. */
+static void ffn_sparse_token(pi_context *c, const pi_layer *L, int t, pi_act a) {
+    const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff, rank = (int)L->fc1.n_out;
+    const mm_target hidden = { &L->fc1, c->pred_h };
+    matmul(c, a, 1, &hidden, 1);
+    for (int i = 0; i < rank; i++) c->pred_h[i] = c->pred_h[i] > 0.0f ? c->pred_h[i] : 0.0f;
+    const mm_target logits = { &L->fc2, c->pred_out };
+    matmul(c, quantize(c, c->pred_h, c->pred_hq, 1, rank), 1, &logits, 1);
+
+    const float threshold = L->threshold + c->params.sparse_threshold_shift;
+    int k = 0;
+    for (int i = 0; i < n_ff; i++)
+        if (c->pred_out[i] >= threshold) c->active[k++] = i;
+
+    float *g = c->gate + (size_t)t * n_ff, *u = c->up + (size_t)t * n_ff, *y = c->delta + (size_t)t * d;
+    memset(y, 0, (size_t)d * sizeof(float));
+    if (k > 0) {
+        const mm_target gate_up[2] = { { &L->ffn_gate, g, c->active, k }, { &L->ffn_up, u, c->active, k } };
+        matmul(c, a, 1, gate_up, 2);
+        add_bias_rows(g, L->ffn_gate_b, c->active, k);
+        add_bias_rows(u, L->ffn_up_b, c->active, k);
+        activate(c, g, u, (size_t)k);
+        down_by_rows(c, &L->ffn_down_t, c->active, g, k, y);
+    }
+    c->stats.ffn_rows_done += k;
+}
+
+static int use_sparse(const pi_context *c, const pi_layer *L, int n) {
+    if (!L->fc1.data || !L->ffn_down_t.data || c->capture_act) return 0;
+    return c->params.sparse == PI_SPARSE_ALL || (c->params.sparse == PI_SPARSE_DECODE && n == 1);
 }
 
 /* ---- the forward pass ---- */
@@ -226,17 +337,18 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         add_bias(c->delta, L->attn_output_b, n, d);
         add_residual(c->x, c->delta, n, d);
 
-        /* FFN: x += down(act(gate(xn), up(xn))) */
+        /* FFN: x += down(act(gate(xn), up(xn))), over the predicted neurons when sparse */
         rmsnorm(c, c->x, L->ffn_norm, c->xn, n, d);
+        if (c->capture_ffn_in) capture(c, c->capture_ffn_in, c->xn, il, n, d);
         a = quantize(c, c->xn, c->xq, n, d);
-        const mm_target gate_up[2] = { { &L->ffn_gate, c->gate }, { &L->ffn_up, c->up } };
-        matmul(c, a, n, gate_up, 2);
-        add_bias(c->gate, L->ffn_gate_b, n, n_ff);
-        add_bias(c->up, L->ffn_up_b, n, n_ff);
-        ffn_activation(c, n);
-        a = quantize(c, c->gate, c->xq, n, n_ff);
-        const mm_target down = { &L->ffn_down, c->delta };
-        matmul(c, a, n, &down, 1);
+        if (use_sparse(c, L, n)) {
+            for (int t = 0; t < n; t++) {
+                pi_act at = { a.f + (size_t)t * d, a.q ? a.q + (size_t)t * (d / QK) : NULL, d };
+                ffn_sparse_token(c, L, t, at);
+            }
+        } else {
+            ffn_dense(c, L, il, n, a);
+        }
         add_bias(c->delta, L->ffn_down_b, n, d);
         add_residual(c->x, c->delta, n, d);
     }
@@ -250,5 +362,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         matmul(c, a, n_out, &out, 1);
     }
     c->n_past = pos0 + n;
+    c->stats.tokens += n;
+    c->stats.ffn_rows_dense += (int64_t)n * n_ff * h->n_layer;
     return PI_OK;
 }

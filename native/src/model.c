@@ -1,4 +1,5 @@
 /* model.c - read hyperparameters, bind and shape-check every tensor, expose metadata. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,38 @@ static int bind_vector(pi_model *m, float **dst, float **cursor, const char *nam
     return PI_OK;
 }
 
+/* fc1 {n_embd, rank} and fc2 {rank, n_ff}: both or neither; the rank is the file's choice. */
+static int bind_predictor(pi_model *m, pi_layer *L, int il) {
+    char fc1[64], fc2[64];
+    snprintf(fc1, sizeof fc1, "blk.%d.fc1.weight", il);
+    snprintf(fc2, sizeof fc2, "blk.%d.fc2.weight", il);
+    const gguf_tensor *t1 = gguf_find_tensor(&m->file, fc1), *t2 = gguf_find_tensor(&m->file, fc2);
+    if (!t1 && !t2) return PI_OK;
+    if (!t1 || !t2) return pi_set_error(PI_ERR_FORMAT, "layer %d has only one of fc1/fc2", il);
+    const int64_t rank = t1->ne[1];
+    if (rank < 1 || rank > 65536)
+        return pi_set_error(PI_ERR_FORMAT, "tensor '%s' has rank %lld, outside 1..65536", fc1, (long long)rank);
+    int rc = bind_weight(m, &L->fc1, fc1, m->info.n_embd, rank, 1);
+    return rc ? rc : bind_weight(m, &L->fc2, fc2, rank, m->info.n_ff, 1);
+}
+
+/* powerinfer.layer_thresholds (one per layer), else PowerInfer's global powerinfer.sparse_threshold. */
+static int read_thresholds(pi_model *m) {
+    float global = 0.0f;
+    int rc = gguf_get_f32(&m->file, "powerinfer.sparse_threshold", 0, &global);
+    if (rc) return rc;
+    const gguf_kv *kv = gguf_find_kv(&m->file, "powerinfer.layer_thresholds");
+    if (kv && (kv->type != PI_META_ARRAY || kv->arr_type != PI_META_FLOAT32 || kv->arr_len != (uint64_t)m->info.n_layer))
+        return pi_set_error(PI_ERR_FORMAT, "powerinfer.layer_thresholds must be %d float32 values", m->info.n_layer);
+    for (int il = 0; il < m->info.n_layer; il++) {
+        float t = global;
+        if (kv) memcpy(&t, kv->value + (size_t)il * sizeof(float), sizeof t);
+        if (!isfinite(t)) return pi_set_error(PI_ERR_FORMAT, "layer %d predictor threshold is not finite", il);
+        m->layers[il].threshold = t;
+    }
+    return PI_OK;
+}
+
 static int bind_tensors(pi_model *m) {
     const pi_model_info *h = &m->info;
     const int64_t d = h->n_embd, q_dim = (int64_t)h->n_head * m->head_dim, kv_dim = (int64_t)h->n_head_kv * m->head_dim;
@@ -148,7 +181,7 @@ static int bind_tensors(pi_model *m) {
         m->output = m->token_embd;
         m->info.tied_output = 1;
     }
-    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_layer * (size_t)(4 * d + q_dim + 2 * kv_dim + 2 * h->n_ff);
+    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_layer * (size_t)(4 * d + q_dim + 2 * kv_dim + 3 * h->n_ff);
     m->vectors = malloc(n_floats * sizeof(float));
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
@@ -172,14 +205,24 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_vector(m, &L->ffn_norm, &cur, NAME("ffn_norm.weight"), d, 1)) ||
             (rc = bind_weight(m, &L->ffn_gate, NAME("ffn_gate.weight"), d, h->n_ff, 1)) ||
             (rc = bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, h->n_ff, 1)) ||
-            (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, 1)) ||
+            (rc = bind_weight(m, &L->ffn_down_t, NAME("ffn_down_t.weight"), d, h->n_ff, 0)) ||
+            /* PowerInfer's files carry only the transposed down matrix */
+            (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, !L->ffn_down_t.data)) ||
+            (rc = bind_vector(m, &L->ffn_freq, &cur, NAME("ffn_freq"), h->n_ff, 0)) ||
+            (rc = bind_predictor(m, L, il)) ||
             (rc = bind_vector(m, &L->ffn_gate_b, &cur, NAME("ffn_gate.bias"), h->n_ff, 0)) ||
             (rc = bind_vector(m, &L->ffn_up_b, &cur, NAME("ffn_up.bias"), h->n_ff, 0)) ||
             (rc = bind_vector(m, &L->ffn_down_b, &cur, NAME("ffn_down.bias"), d, 0)))
             return rc;
 #undef NAME
     }
-    return PI_OK;
+    m->has_predictors = 1;
+    for (int il = 0; il < h->n_layer; il++) {
+        const pi_layer *L = &m->layers[il];
+        if (!L->fc1.data || !L->ffn_down_t.data) m->has_predictors = 0;
+        if (L->fc1.n_out > m->max_rank) m->max_rank = (int32_t)L->fc1.n_out;
+    }
+    return read_thresholds(m);
 }
 
 PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **out) {
@@ -327,8 +370,10 @@ PI_API const char *pi_model_describe(const pi_model *cm) {
     bad |= describe_weight(&b, &len, &cap, &m->token_embd);
     for (int il = 0; il < h->n_layer && !bad; il++) {
         const pi_layer *L = &m->layers[il];
-        const pi_weight *ws[] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output,
-                                  &L->ffn_gate, &L->ffn_up, &L->ffn_down };
+        if (L->fc1.data) bad |= append(&b, &len, &cap, "  blk.%d: predictor rank %lld, threshold %g\n", il,
+                                       (long long)L->fc1.n_out, L->threshold);
+        const pi_weight *ws[] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_gate,
+                                  &L->ffn_up, &L->ffn_down, &L->ffn_down_t, &L->fc1, &L->fc2 };
         for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !bad; i++) bad |= describe_weight(&b, &len, &cap, ws[i]);
     }
     if (!h->tied_output) bad |= describe_weight(&b, &len, &cap, &m->output);

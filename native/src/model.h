@@ -21,6 +21,13 @@ typedef struct {
     pi_weight ffn_gate, ffn_up;                         /* n_embd -> n_ff, one row per FFN neuron */
     pi_weight ffn_down;                                 /* n_ff -> n_embd */
     float *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b; /* optional biases, NULL when absent */
+
+    /* activation sparsity, from files written by convert/add_profile.py or PowerInfer */
+    pi_weight fc1;          /* predictor, n_embd -> rank */
+    pi_weight fc2;          /* predictor, rank -> n_ff: one logit per FFN neuron */
+    pi_weight ffn_down_t;   /* n_ff rows of n_embd: neuron i's down weights as row i */
+    float *ffn_freq;        /* [n_ff] profiled activation frequency, or NULL */
+    float threshold;        /* a neuron runs when its predictor logit >= threshold */
 } pi_layer;
 
 struct pi_model {
@@ -34,6 +41,8 @@ struct pi_model {
     pi_weight output;       /* n_embd -> n_vocab; token_embd when tied */
     float *rope_freqs;      /* optional per-pair divisors of theta (llama 3.1 scaling), [n_rot/2] */
     pi_layer *layers;       /* [n_layer] */
+    int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
+    int32_t max_rank;       /* largest predictor rank over the layers */
     float *vectors;         /* one allocation holding every norm and bias above, as f32 */
     char *description;      /* built on demand by pi_model_describe */
 };
