@@ -1,0 +1,131 @@
+"""The sparse FFN against the dense one, on synthetic models whose predictor is an oracle.
+
+For relu(gate)*up the true active set is {i : gate_i(x) > 0}. A predictor with fc1 = [I; -I]
+and fc2 = [W_gate, -W_gate] outputs relu(x)·W_gate - relu(-x)·W_gate = W_gate x exactly, so a
+threshold of 0 selects exactly the neurons that fire: the sparse FFN must equal the dense one.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+from reference import ReferenceModel, compare_logits, dequantize_tensor
+from synthetic import WEIGHT_TYPES, write_llama_gguf
+
+from pypowerinfer import Llama
+
+TOKENS = [5, 17, 200, 3, 99, 42, 7, 128, 250, 1, 64, 33, 12, 77]
+
+
+def copy_with(src, dst, extra_tensors: dict[str, np.ndarray], extra_kv: dict, drop: frozenset = frozenset()):
+    """src plus extra tensors and keys, less the tensors named in drop, written with GGUFWriter."""
+    reader = GGUFReader(src)
+    writer = GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
+    for key, (value, vtype, sub) in extra_kv.items():
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+    for t in reader.tensors:
+        if t.name not in drop:
+            writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    for name, array in extra_tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(dst)
+
+
+def oracle_model(tmp_path, weight_type: str, drop_down: bool = False, magic: bytes | None = None) -> str:
+    """A ReLU-GLU synthetic model with an exact predictor, F32 down matrices and ffn_down_t."""
+    n_layer = 2
+    plain = write_llama_gguf(tmp_path / "plain.gguf", weight_type=weight_type, n_layer=n_layer,
+                             tensor_types={f"blk.{i}.ffn_down.weight": "F32" for i in range(n_layer)})
+    reader = GGUFReader(plain)
+    tensors = {t.name: t for t in reader.tensors}
+    extra = {}
+    for il in range(n_layer):
+        gate = dequantize_tensor(tensors[f"blk.{il}.ffn_gate.weight"])  # (n_ff, n_embd)
+        n_ff, n_embd = gate.shape
+        eye = np.eye(n_embd, dtype=np.float32)
+        extra[f"blk.{il}.fc1.weight"] = np.concatenate([eye, -eye])              # (2 n_embd, n_embd)
+        extra[f"blk.{il}.fc2.weight"] = np.concatenate([gate, -gate], axis=1)    # (n_ff, 2 n_embd)
+        extra[f"blk.{il}.ffn_down_t.weight"] = dequantize_tensor(tensors[f"blk.{il}.ffn_down.weight"]).T.copy()
+    kv = {"powerinfer.layer_thresholds": ([0.0] * n_layer, GGUFValueType.ARRAY, GGUFValueType.FLOAT32)}
+    # PowerInfer's layout: ffn_down_t replaces ffn_down
+    drop = frozenset(f"blk.{i}.ffn_down.weight" for i in range(n_layer)) if drop_down else frozenset()
+    out = copy_with(plain, tmp_path / "oracle.gguf", extra, kv, drop)
+    if magic:
+        with open(out, "r+b") as f:
+            f.write(magic)
+    return out
+
+
+def logits(path, **kwargs) -> np.ndarray:
+    with Llama(path, n_ctx=64, logits_all=True, verbose=False, ffn_act="relu_glu", **kwargs) as llm:
+        llm.eval(TOKENS)
+        return np.array(llm.scores[: len(TOKENS)]), llm._ctx.stats()
+
+
+# The oracle sees float activations; block formats compute gate from 8-bit activations, so a
+# neuron whose gate is within quantization noise of 0 can flip. A small margin keeps those in.
+MARGIN = {"F32": 0.0, "F16": 0.0, "BF16": 0.0}
+
+
+@pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
+def test_sparse_with_true_active_set_equals_dense(weight_type, tmp_path):
+    path = oracle_model(tmp_path, weight_type)
+    dense, dense_stats = logits(path, sparse=False)
+    sparse, sparse_stats = logits(path, sparse="all", sparse_threshold_shift=-MARGIN.get(weight_type, 0.05))
+    np.testing.assert_allclose(sparse, dense, rtol=1e-4, atol=1e-4)
+    assert dense_stats["ffn_rows_done"] == dense_stats["ffn_rows_dense"]
+    # random ReLU gates fire about half the time: the sparse path really skipped rows
+    assert 0.3 < sparse_stats["ffn_rows_done"] / sparse_stats["ffn_rows_dense"] < 0.7
+
+
+def test_threshold_shift_trades_rows_for_accuracy(tmp_path):
+    path = oracle_model(tmp_path, "F32")
+    dense, _ = logits(path, sparse=False)
+    everything, all_stats = logits(path, sparse="all", sparse_threshold_shift=-1e30)
+    fewer, few_stats = logits(path, sparse="all", sparse_threshold_shift=0.5)
+    np.testing.assert_allclose(everything, dense, rtol=1e-4, atol=1e-4)
+    assert all_stats["ffn_rows_done"] == all_stats["ffn_rows_dense"]
+    assert few_stats["ffn_rows_done"] < all_stats["ffn_rows_done"] // 2
+    assert np.abs(fewer - dense).max() > 1e-3  # skipping firing neurons changes the result
+
+
+def test_sparse_decode_mode_keeps_prompts_dense(tmp_path):
+    path = oracle_model(tmp_path, "Q4_0")
+    with Llama(path, n_ctx=64, verbose=False, ffn_act="relu_glu", sparse=True) as llm:
+        llm.eval(TOKENS)
+        prompt = llm._ctx.stats()
+        assert prompt["ffn_rows_done"] == prompt["ffn_rows_dense"]
+        llm.eval([9])
+        step = llm._ctx.stats()
+        assert step["ffn_rows_done"] - prompt["ffn_rows_done"] < (step["ffn_rows_dense"] - prompt["ffn_rows_dense"])
+
+
+def test_powerinfer_layout_pwri_magic_without_ffn_down(tmp_path):
+    """PowerInfer's own files: magic PWRI, ffn_down_t in place of ffn_down."""
+    reference = ReferenceModel(write_llama_gguf(tmp_path / "ref.gguf", weight_type="Q8_0", n_layer=2,
+                                                tensor_types={f"blk.{i}.ffn_down.weight": "F32" for i in range(2)}),
+                               act="relu_glu").logits(TOKENS)
+    path = oracle_model(tmp_path, "Q8_0", drop_down=True, magic=b"PWRI")
+    assert open(path, "rb").read(4) == b"PWRI"
+    dense, _ = logits(path, sparse=False)
+    sparse, _ = logits(path, sparse="all", sparse_threshold_shift=-MARGIN.get("Q8_0", 0.05))
+    np.testing.assert_allclose(sparse, dense, rtol=1e-4, atol=1e-4)
+    stats = compare_logits(reference, dense)
+    assert stats["kl_mean"] < 5e-3 and stats["top1"] >= 0.9, stats
+
+
+def test_one_sided_predictor_is_refused(tmp_path):
+    plain = write_llama_gguf(tmp_path / "plain.gguf", weight_type="F32")
+    path = copy_with(plain, tmp_path / "half.gguf", {"blk.0.fc1.weight": np.zeros((8, 64), np.float32)}, {})
+    with pytest.raises(ValueError, match="fc1/fc2"):
+        Llama(path, verbose=False)
