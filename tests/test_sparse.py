@@ -129,3 +129,24 @@ def test_one_sided_predictor_is_refused(tmp_path):
     path = copy_with(plain, tmp_path / "half.gguf", {"blk.0.fc1.weight": np.zeros((8, 64), np.float32)}, {})
     with pytest.raises(ValueError, match="fc1/fc2"):
         Llama(path, verbose=False)
+
+
+def test_bamboo_architecture_uses_relu_relu(tmp_path):
+    path = write_llama_gguf(tmp_path / "bamboo.gguf", weight_type="F32", arch="bamboo")
+    twin = write_llama_gguf(tmp_path / "twin.gguf", weight_type="F32")  # same weights, llama keys
+    reference = ReferenceModel(twin, act="relu_relu_glu").logits(TOKENS)
+    with Llama(str(path), n_ctx=64, logits_all=True, verbose=False) as llm:
+        llm.eval(TOKENS)
+        stats = compare_logits(reference, np.array(llm.scores[: len(TOKENS)]))
+    assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+
+
+def test_pwri_llama_defaults_to_relu_and_the_activation_key_overrides(tmp_path):
+    plain = write_llama_gguf(tmp_path / "plain.gguf", weight_type="F32")
+    pwri = copy_with(plain, tmp_path / "pwri.gguf", {}, {})
+    with open(pwri, "r+b") as f:
+        f.write(b"PWRI")
+    keyed = copy_with(plain, tmp_path / "keyed.gguf", {}, {"powerinfer.activation": ("relu_relu_glu", GGUFValueType.STRING, None)})
+    for path, act in ((pwri, "relu_glu"), (keyed, "relu_relu_glu"), (plain, "silu_glu")):
+        from pypowerinfer.model import NativeModel
+        assert NativeModel(path).info.ffn_act == act, path

@@ -12,7 +12,25 @@
 /* Architectures we run, and the FFN activation each implies. */
 static const struct { const char *arch; int ffn_act; } ARCHS[] = {
     { "llama", PI_ACT_SILU_GLU },
+    { "bamboo", PI_ACT_RELU_RELU_GLU }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
 };
+
+static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu" };
+
+/* The FFN activation: the architecture's, except that PowerInfer's own (PWRI) llama files are
+ * ReluLLaMA/ProSparse models, and powerinfer.activation, when present, says it outright. */
+static int read_activation(pi_model *m) {
+    if (m->file.is_powerinfer && strcmp(m->arch, "llama") == 0) m->info.ffn_act = PI_ACT_RELU_GLU;
+    gguf_str act = { NULL, 0 };
+    int rc = gguf_get_str(&m->file, "powerinfer.activation", 0, &act);
+    if (rc || !act.ptr) return rc;
+    for (int i = 0; i < (int)(sizeof ACT_NAMES / sizeof ACT_NAMES[0]); i++)
+        if (gguf_str_eq(act, ACT_NAMES[i])) {
+            m->info.ffn_act = i;
+            return PI_OK;
+        }
+    return pi_set_error(PI_ERR_UNSUPPORTED, "powerinfer.activation '%.*s' is not supported", (int)act.len, act.ptr);
+}
 
 PI_API pi_model_params pi_model_default_params(void) {
     pi_model_params p = { .vocab_only = 0, .ffn_act = -1 };
@@ -43,7 +61,7 @@ static int read_arch(pi_model *m) {
             m->info.ffn_act = ARCHS[i].ffn_act;
             return PI_OK;
         }
-    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama)", m->arch);
+    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama, bamboo)", m->arch);
 }
 
 static int read_hparams(pi_model *m) {
@@ -234,6 +252,7 @@ PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **ou
     m->vocab_only = params.vocab_only;
     if (!rc && !params.vocab_only) {
         rc = read_arch(m);
+        if (!rc) rc = read_activation(m);
         if (!rc) rc = read_hparams(m);
         if (!rc) rc = bind_tensors(m);
         if (!rc && params.ffn_act >= 0) {
