@@ -226,6 +226,32 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
     return path
 
 
+def rewrite_gguf(src, dst, add_tensors=None, add_kv=None, drop=frozenset()) -> str:
+    """Copy src to dst with GGUFWriter: every key and tensor (raw bytes), less the tensor names
+    in drop, plus add_tensors {name: float array} and add_kv {key: (value, type, sub_type)}."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(src)
+    writer = GGUFWriter(os.fspath(dst), reader.fields["general.architecture"].contents())
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue  # header fields, and the key GGUFWriter writes itself
+        sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
+    for key, (value, vtype, sub_type) in (add_kv or {}).items():
+        writer.add_key_value(key, value, vtype, sub_type=sub_type)
+    for t in reader.tensors:
+        if t.name not in drop:
+            writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+    for name, array in (add_tensors or {}).items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return os.fspath(dst)
+
+
 # --- corrupt variants --------------------------------------------------------------
 
 _SCALAR_SIZES = {

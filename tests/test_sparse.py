@@ -8,37 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFReader, GGUFValueType
 
 from reference import ReferenceModel, compare_logits, dequantize_tensor
-from synthetic import WEIGHT_TYPES, write_llama_gguf
+from synthetic import WEIGHT_TYPES, rewrite_gguf, write_llama_gguf
 
 from pypowerinfer import Llama
 
 TOKENS = [5, 17, 200, 3, 99, 42, 7, 128, 250, 1, 64, 33, 12, 77]
-
-
-def copy_with(src, dst, extra_tensors: dict[str, np.ndarray], extra_kv: dict, drop: frozenset = frozenset()):
-    """src plus extra tensors and keys, less the tensors named in drop, written with GGUFWriter."""
-    reader = GGUFReader(src)
-    writer = GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
-        writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
-    for key, (value, vtype, sub) in extra_kv.items():
-        writer.add_key_value(key, value, vtype, sub_type=sub)
-    for t in reader.tensors:
-        if t.name not in drop:
-            writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
-    for name, array in extra_tensors.items():
-        writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return str(dst)
 
 
 def oracle_model(tmp_path, weight_type: str, drop_down: bool = False, magic: bytes | None = None) -> str:
@@ -59,7 +36,7 @@ def oracle_model(tmp_path, weight_type: str, drop_down: bool = False, magic: byt
     kv = {"powerinfer.layer_thresholds": ([0.0] * n_layer, GGUFValueType.ARRAY, GGUFValueType.FLOAT32)}
     # PowerInfer's layout: ffn_down_t replaces ffn_down
     drop = frozenset(f"blk.{i}.ffn_down.weight" for i in range(n_layer)) if drop_down else frozenset()
-    out = copy_with(plain, tmp_path / "oracle.gguf", extra, kv, drop)
+    out = rewrite_gguf(plain, tmp_path / "oracle.gguf", extra, kv, drop)
     if magic:
         with open(out, "r+b") as f:
             f.write(magic)
@@ -126,7 +103,7 @@ def test_powerinfer_layout_pwri_magic_without_ffn_down(tmp_path):
 
 def test_one_sided_predictor_is_refused(tmp_path):
     plain = write_llama_gguf(tmp_path / "plain.gguf", weight_type="F32")
-    path = copy_with(plain, tmp_path / "half.gguf", {"blk.0.fc1.weight": np.zeros((8, 64), np.float32)}, {})
+    path = rewrite_gguf(plain, tmp_path / "half.gguf", {"blk.0.fc1.weight": np.zeros((8, 64), np.float32)})
     with pytest.raises(ValueError, match="fc1/fc2"):
         Llama(path, verbose=False)
 
@@ -143,10 +120,11 @@ def test_bamboo_architecture_uses_relu_relu(tmp_path):
 
 def test_pwri_llama_defaults_to_relu_and_the_activation_key_overrides(tmp_path):
     plain = write_llama_gguf(tmp_path / "plain.gguf", weight_type="F32")
-    pwri = copy_with(plain, tmp_path / "pwri.gguf", {}, {})
+    pwri = rewrite_gguf(plain, tmp_path / "pwri.gguf")
     with open(pwri, "r+b") as f:
         f.write(b"PWRI")
-    keyed = copy_with(plain, tmp_path / "keyed.gguf", {}, {"powerinfer.activation": ("relu_relu_glu", GGUFValueType.STRING, None)})
+    keyed = rewrite_gguf(plain, tmp_path / "keyed.gguf",
+                         add_kv={"powerinfer.activation": ("relu_relu_glu", GGUFValueType.STRING, None)})
     for path, act in ((pwri, "relu_glu"), (keyed, "relu_relu_glu"), (plain, "silu_glu")):
         from pypowerinfer.model import NativeModel
         assert NativeModel(path).info.ffn_act == act, path
