@@ -228,7 +228,8 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
 
 def rewrite_gguf(src, dst, add_tensors=None, add_kv=None, drop=frozenset()) -> str:
     """Copy src to dst with GGUFWriter: every key and tensor (raw bytes), less the tensor names
-    in drop, plus add_tensors {name: float array} and add_kv {key: (value, type, sub_type)}."""
+    in drop, plus add_tensors {name: float array, or (float array, type name) to quantize} and
+    add_kv {key: (value, type, sub_type)}."""
     from gguf import GGUFReader
 
     reader = GGUFReader(src)
@@ -244,7 +245,13 @@ def rewrite_gguf(src, dst, add_tensors=None, add_kv=None, drop=frozenset()) -> s
         if t.name not in drop:
             writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
     for name, array in (add_tensors or {}).items():
-        writer.add_tensor(name, array)
+        if isinstance(array, tuple):
+            values, type_name = array
+            qtype = GGMLQuantizationType[type_name]
+            data = quantize(values, qtype)
+            writer.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
+        else:
+            writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

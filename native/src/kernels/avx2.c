@@ -1,156 +1,24 @@
 /* avx2.c - AVX2 + FMA + F16C kernels, for x86 CPUs without AVX-512; compiled for that set
  * alone and installed only when the CPU has it.
  *
- * Block formats work one 32-weight block (one ymm) at a time. The weights are unsigned bytes
- * (Q4_0 stores q + 8, Q5_0 q + 16; the offset comes back in integers by starting each lane at
- * -offset * sum(x)), so vpmaddubsw can multiply them with the signed activation bytes; Q8_0
- * weights are signed and use the sign trick instead, |w| * (x * sign(w)). vpmaddwd with ones
- * widens the pair sums to dwords, which are scaled by d_w * d_x into a float accumulator.
- *
- * With 16 ymm registers a tile is 2 rows x 2 tokens for block formats and 4 x 2 for float
- * weights, which need 8 accumulators to keep both FMA pipes busy. */
+ * Block formats use the pair scheme of simd.h with vpmaddubsw + vpmaddwd as the integer dot;
+ * Q8_0 weights stay signed and use the sign trick. A tile is 4 rows x 2 tokens (4 x 1 in
+ * decode): 8 accumulators keep both FMA pipes busy and, with 16 ymm registers, the spills
+ * stay cheap reloads. Float rows hand their last n % 8 weights to the reference. */
 #include "simd.h"
 
-enum { MAX_R = 4, MAX_T = 2 }; /* the largest tile */
+enum { TILE_R = 4, TILE_T = 2 }; /* rows and tokens per full tile */
 
-INLINE int tile_rows(int type) { return is_float(type) ? 4 : 2; }
-INLINE int tile_tokens(int type) { return 2; }
-
-/* What the format adds to make its weights unsigned (Q8_0 stays signed here). */
+/* Q8_0 stays signed: 255 * 127 pair sums would overflow vpmaddubsw's int16 lanes. */
 INLINE int weight_offset(int type) { return type == PI_TYPE_Q4_0 ? 8 : type == PI_TYPE_Q5_0 ? 16 : 0; }
 
-/* ---- weight blocks ---- */
-
-/* One weight block: 32 weights (unsigned, or signed for Q8_0) and [d, m, 0, 0] (m = 0 for the
- * formats without a minimum). */
-typedef struct {
-    __m256i q;
-    __m128 dm;
-} wblock;
-
-/* 16 bytes of nibbles -> 32 bytes [lo, hi]: weights 0-15 sit in the low nibbles and 16-31 in
- * the high ones, which is the order of the activation bytes. */
-INLINE __m256i unpack_nibbles(const uint8_t *qs) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
-}
-
-/* The 5-bit formats: bit j of qh is bit 4 of weight j. Byte j picks byte j / 8 of the word,
- * keeps its bit j % 8, and becomes 16 where that bit is set. */
-INLINE __m256i add_high_bits(__m256i q, const uint8_t *qh) {
-    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)load_u32(qh)), pick);
-    h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
-    return _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(16)));
-}
-
-/* dm: the block's fp16 d in the low half and m (or 0) in the high half. */
-INLINE __m128 scales(uint32_t dm) { return _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)); }
-
-INLINE wblock load_wblock(int type, const uint8_t *b) {
-    wblock w;
-    switch (type) {
-    case PI_TYPE_Q4_0:
-        w.q = unpack_nibbles(b + offsetof(block_q4_0, qs));
-        w.dm = scales(load_u16(b));
-        break;
-    case PI_TYPE_Q4_1:
-        w.q = unpack_nibbles(b + offsetof(block_q4_1, qs));
-        w.dm = scales(load_u32(b));
-        break;
-    case PI_TYPE_Q5_0:
-        w.q = add_high_bits(unpack_nibbles(b + offsetof(block_q5_0, qs)), b + offsetof(block_q5_0, qh));
-        w.dm = scales(load_u16(b));
-        break;
-    case PI_TYPE_Q5_1:
-        w.q = add_high_bits(unpack_nibbles(b + offsetof(block_q5_1, qs)), b + offsetof(block_q5_1, qh));
-        w.dm = scales(load_u32(b));
-        break;
-    default: /* PI_TYPE_Q8_0 */
-        w.q = _mm256_loadu_si256((const __m256i *)(b + offsetof(block_q8_0, qs)));
-        w.dm = scales(load_u16(b));
-        break;
-    }
-    return w;
-}
-
-/* ---- activation blocks ---- */
-
-/* One activation block: 32 signed bytes, [d, s, 0, 0], and the integer start of each dword
- * lane's dot product, -offset * sum(x over the lane). */
-typedef struct {
-    __m256i q, base;
-    __m128 ds;
-} xblock;
-
-/* Pairs of int16 -> their dword sums. */
-INLINE __m256i widen_pairs(__m256i v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(1)); }
-
-INLINE xblock load_xblock(const block_q8x *x, int offset) {
-    xblock p;
-    p.q = _mm256_loadu_si256((const __m256i *)x->qs);
-    p.ds = _mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)&x->d);
-    p.base = _mm256_setzero_si256();
-    if (offset)
-        p.base = _mm256_sub_epi32(p.base, widen_pairs(_mm256_maddubs_epi16(_mm256_set1_epi8((char)offset), p.q)));
-    return p;
-}
-
-/* ---- block matmul ---- */
-
-/* acc += the block's dot product, spread over the 8 lanes; accm lane 1 takes m * s. The Q8_0
- * sign trick is exact because activations never hold -128. */
-INLINE void block_dot(int type, const wblock *w, const xblock *x, __m256 *acc, __m128 *accm) {
-    const __m256i pairs = type == PI_TYPE_Q8_0
-                              ? _mm256_maddubs_epi16(_mm256_abs_epi8(w->q), _mm256_sign_epi8(x->q, w->q))
-                              : _mm256_maddubs_epi16(w->q, x->q);
-    const __m256i dot = _mm256_add_epi32(widen_pairs(pairs), x->base);
-    const __m128 ps = _mm_mul_ps(w->dm, x->ds); /* [d * dx, m * s, 0, 0] */
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcastss_ps(ps), *acc);
-    if (has_min(type)) *accm = _mm_add_ps(*accm, ps);
-}
-
-/* Y[t * y_stride + r] for R rows x T tokens from token t0 on, touching the rows `ahead` so they
- * arrive from DRAM while this tile computes. */
-INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
-                        int t0, float *Y, int y_stride) {
-    const size_t bb = block_bytes(type);
-    const int nb = x.n / QK;
-    const block_q8x *xs[MAX_T];
-    __m256 acc[MAX_R][MAX_T];
-    __m128 accm[MAX_R][MAX_T];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++) xs[t] = x.q + (size_t)(t0 + t) * nb;
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            acc[r][t] = _mm256_setzero_ps();
-            accm[r][t] = _mm_setzero_ps();
-        }
-
-    for (int b = 0; b < nb; b++) {
-        xblock xb[MAX_T];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) xb[t] = load_xblock(xs[t] + b, weight_offset(type));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(ahead[r] + b * bb), _MM_HINT_T1);
-            const wblock w = load_wblock(type, rows[r] + b * bb);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) block_dot(type, &w, &xb[t], &acc[r][t], &accm[r][t]);
-        }
-    }
-
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            float y = hsum8(acc[r][t]);
-            if (has_min(type)) y += _mm_cvtss_f32(_mm_movehdup_ps(accm[r][t]));
-            Y[(size_t)t * y_stride + r] = y;
-        }
+/* vpmaddubsw multiplies unsigned by signed bytes and adds adjacent pairs into int16 (at most
+ * 2 * 128 * 127, which fits), vpmaddwd with ones widens those to dword lanes. */
+INLINE __m256i pair_isum(__m256i init, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(w_lo, x_lo), ones);
+    const __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(w_hi, x_hi), ones);
+    return _mm256_add_epi32(init, _mm256_add_epi32(lo, hi));
 }
 
 /* ---- float matmul ---- */
@@ -170,8 +38,8 @@ INLINE __m256 load_float8(int type, const void *row, int i) {
 /* The last n % 8 weights of each row go to the reference. */
 INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
                         int t0, float *Y, int y_stride) {
-    const float *xs[MAX_T];
-    __m256 acc[MAX_R][MAX_T];
+    const float *xs[MAX_TILE_TOKENS];
+    __m256 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) xs[t] = x.f + (size_t)(t0 + t) * x.n;
 #pragma GCC unroll 4
@@ -180,7 +48,7 @@ INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, cons
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     const int n8 = x.n & ~7;
     for (int i = 0; i < n8; i += 8) {
-        __m256 xv[MAX_T];
+        __m256 xv[MAX_TILE_TOKENS];
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(xs[t] + i);
 #pragma GCC unroll 4
@@ -200,15 +68,9 @@ INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, cons
 
 /* ---- the tile walk ---- */
 
-INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
-                 int t0, float *Y, int y_stride) {
-    if (is_float(type)) tile_floats(type, R, T, rows, ahead, x, t0, Y, y_stride);
-    else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
-}
-
 INLINE void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x,
                    int nt, float *Y, int y_stride) {
-    walk_tiles(type, tile_rows(type), tile_tokens(type), W, row_bytes, idx, r0, nr, x, nt, Y, y_stride);
+    walk_tiles(type, TILE_R, TILE_T, W, row_bytes, idx, r0, nr, x, nt, Y, y_stride);
 }
 
 /* ---- activations ---- */

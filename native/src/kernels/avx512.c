@@ -1,22 +1,18 @@
 /* avx512.c - AVX-512 (F/BW/VL/DQ/VNNI) kernels; this file is compiled for that set alone and
  * installed only when the CPU has it.
  *
- * Block formats work on pairs of 32-weight blocks. The weights are made unsigned bytes (an
- * offset the format already has: Q4_0 stores q + 8, Q5_0 q + 16; Q8_0 gets + 128 by flipping
- * the sign bit), vpdpbusd multiplies them with the signed activation bytes into dword lanes,
- * and the offset is taken back in integers by starting each lane at -offset * sum(x). Each
- * lane is then scaled by d_w * d_x of its block into a float accumulator; lanes are summed
- * once per output. The integer work is on ymm: Zen 4 runs a zmm op as two ymm halves, so
- * zmm buys nothing there, while ymm lets a pair's sums land in the lanes the scales need.
+ * Block formats use the pair scheme of simd.h with vpdpbusd as the integer dot. That work is
+ * on ymm, not zmm: Zen 4 runs a zmm op as two ymm halves, so zmm buys nothing there, while
+ * ymm lets a pair's sums land in the lanes its scales need.
  *
- * A matmul walks tiles of R rows x T tokens (4x4 for prefill, 4x1 for decode): each weight
- * pair is decoded once per tile and each activation pair loaded once per tile. Float weights
- * (F32, F16, BF16) take the same walk with zmm FMAs and masked loads for the row tail. */
+ * A matmul walks tiles of 4 rows x 4 tokens (4 x 1 in decode): each weight pair is decoded
+ * once per tile and each activation pair loaded once per tile. Float weights (F32, F16, BF16)
+ * take the same walk with zmm FMAs and masked loads for the row tail. */
 #include "simd.h"
 
 enum { TILE_R = 4, TILE_T = 4 }; /* rows and tokens per full tile */
 
-/* What the format adds to make its weights unsigned. */
+/* Q8_0 is made unsigned too (+128, the sign bit flipped), as vpdpbusd needs. */
 INLINE int weight_offset(int type) {
     switch (type) {
     case PI_TYPE_Q4_0: return 8;
@@ -26,159 +22,9 @@ INLINE int weight_offset(int type) {
     }
 }
 
-/* ---- weight pairs ---- */
-
-/* A pair of blocks a, b travels as two ymm: lo = [a 0-15, b 0-15] and hi = [a 16-31, b 16-31].
- * vpdpbusd of lo and then hi leaves 4 dword lanes of a and then 4 of b, so a pair costs what
- * one zmm would (this core runs zmm as two ymm halves) without any shuffle of the sums. */
-
-/* A pair of weight blocks: 64 unsigned weights, the scales as [d0, m0, d1, m1] (m = 0 for the
- * formats without a minimum) and d spread over the lanes, [d0 x 4, d1 x 4]. */
-typedef struct {
-    __m256i lo, hi;
-    __m128 dm;
-    __m256 d8;
-} wpair;
-
-/* [lane 0 x 4, lane 2 x 4] of a 4-float vector: one block's value over its 4 dword lanes. */
-INLINE __m256 spread_pair(__m128 v) {
-    return _mm256_permutexvar_ps(_mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), _mm256_castps128_ps256(v));
-}
-
-/* 16 bytes at p0 and 16 at p1 as one ymm. */
-INLINE __m256i load_halves(const uint8_t *p0, const uint8_t *p1) {
-    return _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
-}
-
-/* Each block keeps weights 0-15 in the low nibbles of its 16 bytes and 16-31 in the high ones. */
-INLINE void unpack_nibble_pair(wpair *w, const uint8_t *qs0, const uint8_t *qs1) {
-    const __m256i v = load_halves(qs0, qs1), mask = _mm256_set1_epi8(0x0f);
-    w->lo = _mm256_and_si256(v, mask);
-    w->hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-}
-
-/* The 5-bit formats: bit j of each block's qh word is bit 4 of its weight j; regrouped in the
- * pair's order the two words are byte masks over lo and hi. */
-INLINE void add_high_bits(wpair *w, const uint8_t *qh0, const uint8_t *qh1) {
-    const uint32_t ha = load_u32(qh0), hb = load_u32(qh1);
-    const __m256i sixteen = _mm256_set1_epi8(16);
-    w->lo = _mm256_mask_add_epi8(w->lo, (ha & 0xffff) | hb << 16, w->lo, sixteen);
-    w->hi = _mm256_mask_add_epi8(w->hi, ha >> 16 | (hb & 0xffff0000u), w->hi, sixteen);
-}
-
-/* Q8_0: signed bytes made unsigned by flipping the sign bit (+128). */
-INLINE void unsigned_byte_pair(wpair *w, const uint8_t *qs0, const uint8_t *qs1) {
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    w->lo = _mm256_xor_si256(load_halves(qs0, qs1), flip);
-    w->hi = _mm256_xor_si256(load_halves(qs0 + 16, qs1 + 16), flip);
-}
-
-/* dm0/dm1: each block's fp16 d in the low half and m (or 0) in the high half. */
-INLINE void set_scales(wpair *w, uint32_t dm0, uint32_t dm1) {
-    w->dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)dm0), (int)dm1, 1));
-    w->d8 = spread_pair(w->dm);
-}
-
-INLINE wpair load_wpair(int type, const uint8_t *b0, const uint8_t *b1) {
-    wpair w;
-    switch (type) {
-    case PI_TYPE_Q4_0:
-        unpack_nibble_pair(&w, b0 + offsetof(block_q4_0, qs), b1 + offsetof(block_q4_0, qs));
-        set_scales(&w, load_u16(b0), load_u16(b1));
-        break;
-    case PI_TYPE_Q4_1:
-        unpack_nibble_pair(&w, b0 + offsetof(block_q4_1, qs), b1 + offsetof(block_q4_1, qs));
-        set_scales(&w, load_u32(b0), load_u32(b1));
-        break;
-    case PI_TYPE_Q5_0:
-        unpack_nibble_pair(&w, b0 + offsetof(block_q5_0, qs), b1 + offsetof(block_q5_0, qs));
-        add_high_bits(&w, b0 + offsetof(block_q5_0, qh), b1 + offsetof(block_q5_0, qh));
-        set_scales(&w, load_u16(b0), load_u16(b1));
-        break;
-    case PI_TYPE_Q5_1:
-        unpack_nibble_pair(&w, b0 + offsetof(block_q5_1, qs), b1 + offsetof(block_q5_1, qs));
-        add_high_bits(&w, b0 + offsetof(block_q5_1, qh), b1 + offsetof(block_q5_1, qh));
-        set_scales(&w, load_u32(b0), load_u32(b1));
-        break;
-    default: /* PI_TYPE_Q8_0 */
-        unsigned_byte_pair(&w, b0 + offsetof(block_q8_0, qs), b1 + offsetof(block_q8_0, qs));
-        set_scales(&w, load_u16(b0), load_u16(b1));
-        break;
-    }
-    return w;
-}
-
-/* ---- activation pairs ---- */
-
-/* A pair of activation blocks in the same lo/hi order, [d0, s0, d1, s1], d spread over the
- * lanes, and the integer start of each lane's dot product, -offset * sum(x over the lane). */
-typedef struct {
-    __m256i lo, hi, base;
-    __m128 ds;
-    __m256 d8;
-} xpair;
-
-INLINE xpair load_xpair(const block_q8x *x, int offset) {
-    xpair p;
-    p.lo = load_halves((const uint8_t *)x[0].qs, (const uint8_t *)x[1].qs);
-    p.hi = load_halves((const uint8_t *)x[0].qs + 16, (const uint8_t *)x[1].qs + 16);
-    p.ds = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)&x[0].d), (const __m64 *)&x[1].d);
-    p.d8 = spread_pair(p.ds);
-    p.base = _mm256_setzero_si256();
-    if (offset) {
-        const __m256i off = _mm256_set1_epi8((char)offset);
-        p.base = _mm256_sub_epi32(p.base, _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(p.base, off, p.lo), off, p.hi));
-    }
-    return p;
-}
-
-/* ---- block matmul ---- */
-
-/* acc += the pair's dot product over [a x 4, b x 4] lanes; lanes 1 and 3 also take m * s. */
-INLINE __m256 pair_dot(int type, const wpair *w, const xpair *x, __m256 acc) {
-    const __m256i dot = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(x->base, w->lo, x->lo), w->hi, x->hi);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w->d8, x->d8), acc);
-    if (has_min(type))
-        acc = _mm256_mask3_fmadd_ps(_mm256_castps128_ps256(w->dm), _mm256_castps128_ps256(x->ds), acc, 0x0a);
-    return acc;
-}
-
-/* Y[t * y_stride + r] for R rows x T tokens from token t0 on, touching the rows `ahead` so they
- * arrive from DRAM while this tile computes. An odd last block goes to the reference. */
-INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
-                        int t0, float *Y, int y_stride) {
-    const size_t bb = block_bytes(type);
-    const int nb = x.n / QK;
-    const block_q8x *xs[TILE_T];
-    __m256 acc[TILE_R][TILE_T];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++) xs[t] = x.q + (size_t)(t0 + t) * nb;
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-
-    for (int b = 0; b + 1 < nb; b += 2) {
-        xpair xp[TILE_T];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) xp[t] = load_xpair(xs[t] + b, weight_offset(type));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            for (size_t off = 0; off < 2 * bb; off += 64) _mm_prefetch((const char *)(ahead[r] + b * bb + off), _MM_HINT_T1);
-            const wpair w = load_wpair(type, rows[r] + b * bb, rows[r] + (b + 1) * bb);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) acc[r][t] = pair_dot(type, &w, &xp[t], acc[r][t]);
-        }
-    }
-
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            float y = hsum8(acc[r][t]);
-            if (nb & 1) y += pi_ref_dot_blocks(type, rows[r], xs[t], nb - 1, nb);
-            Y[(size_t)t * y_stride + r] = y;
-        }
+/* vpdpbusd does the unsigned x signed products and their sum in one instruction. */
+INLINE __m256i pair_isum(__m256i init, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(init, w_lo, x_lo), w_hi, x_hi);
 }
 
 /* ---- float matmul ---- */
@@ -198,8 +44,8 @@ INLINE __m512 load_float16(int type, const void *row, int i, __mmask16 keep) {
 
 /* One 16-wide step of an R x T float tile; the last step of a row passes a partial mask. */
 INLINE void float_step(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead,
-                       const float *const *xs, int i, __mmask16 keep, __m512 acc[TILE_R][TILE_T]) {
-    __m512 x[TILE_T];
+                       const float *const *xs, int i, __mmask16 keep, __m512 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS]) {
+    __m512 x[MAX_TILE_TOKENS];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) x[t] = _mm512_maskz_loadu_ps(keep, xs[t] + i);
 #pragma GCC unroll 4
@@ -213,8 +59,8 @@ INLINE void float_step(int type, int R, int T, const uint8_t *const *rows, const
 
 INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
                         int t0, float *Y, int y_stride) {
-    const float *xs[TILE_T];
-    __m512 acc[TILE_R][TILE_T];
+    const float *xs[MAX_TILE_TOKENS];
+    __m512 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) xs[t] = x.f + (size_t)(t0 + t) * x.n;
 #pragma GCC unroll 4
@@ -231,12 +77,6 @@ INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, cons
 }
 
 /* ---- the tile walk ---- */
-
-INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
-                 int t0, float *Y, int y_stride) {
-    if (is_float(type)) tile_floats(type, R, T, rows, ahead, x, t0, Y, y_stride);
-    else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
-}
 
 INLINE void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x,
                    int nt, float *Y, int y_stride) {

@@ -1,7 +1,19 @@
-/* simd.h - what avx2.c and avx512.c share: the per-type facts their kernels branch on (all
- * folded at compile time, the type being a constant wherever these are inlined), small loads,
- * and the tile walk. Each tier defines tile(); walk_tiles() calls it with constant shapes, so
- * every tile shape is compiled as its own unrolled body. Private to native/src/kernels. */
+/* simd.h - what avx2.c and avx512.c share, compiled into each under its own flags: the per-type
+ * facts the kernels branch on (folded at compile time, the type being a constant wherever
+ * these are inlined), the decoding of block pairs, the block tile and the tile walk.
+ *
+ * Block formats work on pairs of 32-weight blocks a, b held as two ymm, lo = [a 0-15, b 0-15]
+ * and hi = [a 16-31, b 16-31]: the two halves' products summed per dword lane leave 4 lanes of
+ * a and then 4 of b, so a pair's float work is one ymm and needs no shuffle of the sums. The
+ * weights are unsigned bytes (an offset the formats already have: Q4_0 stores q + 8, Q5_0
+ * q + 16; Q8_0 gets + 128 or stays signed, as the tier chooses), multiplied with the signed
+ * activation bytes, and the offset comes back in integers by starting each lane at
+ * -offset * sum(x over the lane). Each lane is scaled by
+ * d_w * d_x of its block into a float accumulator; lanes are summed once per output.
+ *
+ * Each tier defines weight_offset(), pair_isum() (its integer dot instruction) and
+ * tile_floats(); walk_tiles() calls the tiles with constant shapes, so every shape compiles to
+ * its own unrolled body. Private to native/src/kernels. */
 #ifndef PI_KERNELS_SIMD_H
 #define PI_KERNELS_SIMD_H
 #include <immintrin.h>
@@ -12,7 +24,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-enum { MAX_TILE_ROWS = 4 };
+enum { MAX_TILE_ROWS = 4, MAX_TILE_TOKENS = 4 };
 
 INLINE size_t block_bytes(int type) {
     switch (type) {
@@ -49,11 +61,206 @@ INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* Defined by each tier: Y[t * y_stride + r] for R rows x T tokens from token t0 on, touching
- * the addresses `ahead` (one per row, advancing as the row does) so they come from DRAM while
- * the tile computes. */
-static inline void tile(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
-                        int t0, float *Y, int y_stride);
+/* ---- defined by each tier ---- */
+
+/* What a format adds to make its weights unsigned; 0 for Q8_0 means it stays signed. */
+static inline int weight_offset(int type);
+/* init + per dword lane, the sum of unsigned w times signed x over lo and then hi. */
+static inline __m256i pair_isum(__m256i init, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi);
+/* The tile for F32, F16 and BF16 weights, as tile_blocks() below is for the block formats. */
+static inline void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead,
+                               pi_act x, int t0, float *Y, int y_stride);
+
+/* ---- weight pairs ---- */
+
+/* A pair of weight blocks: 64 weights, the scales as [d0, m0, d1, m1] (m = 0 for the formats
+ * without a minimum), d spread over the lanes [d0 x 4, d1 x 4], and [0, m0, 0, m1]. */
+typedef struct {
+    __m256i lo, hi;
+    __m128 dm, m;
+    __m256 d8;
+} wpair;
+
+/* [lane 0 x 4, lane 2 x 4] of a 4-float vector: one block's value over its 4 dword lanes. */
+INLINE __m256 spread_pair(__m128 v) {
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+}
+
+/* 16 bytes at p0 and 16 at p1 as one ymm. */
+INLINE __m256i load_halves(const uint8_t *p0, const uint8_t *p1) {
+    return _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
+}
+
+/* Each block keeps weights 0-15 in the low nibbles of its 16 bytes and 16-31 in the high ones. */
+INLINE void unpack_nibble_pair(wpair *w, const uint8_t *qs0, const uint8_t *qs1) {
+    const __m256i v = load_halves(qs0, qs1), mask = _mm256_set1_epi8(0x0f);
+    w->lo = _mm256_and_si256(v, mask);
+    w->hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+}
+
+/* q + 16 in the bytes whose bit is set in `bits`. */
+INLINE __m256i add_bit4(__m256i q, uint32_t bits) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    return _mm256_mask_add_epi8(q, bits, q, _mm256_set1_epi8(16));
+#else
+    /* byte j picks byte j / 8 of the word and keeps its bit j % 8 */
+    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), pick);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+    return _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+#endif
+}
+
+/* The 5-bit formats: bit j of each block's qh word is bit 4 of its weight j; regrouped in the
+ * pair's order the two words give the bits of lo and of hi. */
+INLINE void add_high_bits(wpair *w, const uint8_t *qh0, const uint8_t *qh1) {
+    const uint32_t ha = load_u32(qh0), hb = load_u32(qh1);
+    w->lo = add_bit4(w->lo, (ha & 0xffff) | hb << 16);
+    w->hi = add_bit4(w->hi, ha >> 16 | (hb & 0xffff0000u));
+}
+
+/* Q8_0: signed bytes, made unsigned by flipping the sign bit (+128) where the tier wants it. */
+INLINE void byte_pair(wpair *w, const uint8_t *qs0, const uint8_t *qs1) {
+    w->lo = load_halves(qs0, qs1);
+    w->hi = load_halves(qs0 + 16, qs1 + 16);
+    if (weight_offset(PI_TYPE_Q8_0)) {
+        const __m256i flip = _mm256_set1_epi8((char)0x80);
+        w->lo = _mm256_xor_si256(w->lo, flip);
+        w->hi = _mm256_xor_si256(w->hi, flip);
+    }
+}
+
+/* dm0/dm1: each block's fp16 d in the low half and m (or 0) in the high half. */
+INLINE void set_scales(wpair *w, uint32_t dm0, uint32_t dm1) {
+    w->dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)dm0), (int)dm1, 1));
+    w->d8 = spread_pair(w->dm);
+    w->m = _mm_blend_ps(_mm_setzero_ps(), w->dm, 0x0a);
+}
+
+INLINE wpair load_wpair(int type, const uint8_t *b0, const uint8_t *b1) {
+    wpair w;
+    switch (type) {
+    case PI_TYPE_Q4_0:
+        unpack_nibble_pair(&w, b0 + offsetof(block_q4_0, qs), b1 + offsetof(block_q4_0, qs));
+        set_scales(&w, load_u16(b0), load_u16(b1));
+        break;
+    case PI_TYPE_Q4_1:
+        unpack_nibble_pair(&w, b0 + offsetof(block_q4_1, qs), b1 + offsetof(block_q4_1, qs));
+        set_scales(&w, load_u32(b0), load_u32(b1));
+        break;
+    case PI_TYPE_Q5_0:
+        unpack_nibble_pair(&w, b0 + offsetof(block_q5_0, qs), b1 + offsetof(block_q5_0, qs));
+        add_high_bits(&w, b0 + offsetof(block_q5_0, qh), b1 + offsetof(block_q5_0, qh));
+        set_scales(&w, load_u16(b0), load_u16(b1));
+        break;
+    case PI_TYPE_Q5_1:
+        unpack_nibble_pair(&w, b0 + offsetof(block_q5_1, qs), b1 + offsetof(block_q5_1, qs));
+        add_high_bits(&w, b0 + offsetof(block_q5_1, qh), b1 + offsetof(block_q5_1, qh));
+        set_scales(&w, load_u32(b0), load_u32(b1));
+        break;
+    default: /* PI_TYPE_Q8_0 */
+        byte_pair(&w, b0 + offsetof(block_q8_0, qs), b1 + offsetof(block_q8_0, qs));
+        set_scales(&w, load_u16(b0), load_u16(b1));
+        break;
+    }
+    return w;
+}
+
+/* ---- activation pairs ---- */
+
+/* A pair of activation blocks in the same lo/hi order, [d0, s0, d1, s1], d spread over the
+ * lanes, and the integer start of each lane's dot product, -offset * sum(x over the lane). */
+typedef struct {
+    __m256i lo, hi, base;
+    __m128 ds;
+    __m256 d8;
+} xpair;
+
+INLINE xpair load_xpair(int type, const block_q8x *x) {
+    xpair p;
+    p.lo = load_halves((const uint8_t *)x[0].qs, (const uint8_t *)x[1].qs);
+    p.hi = load_halves((const uint8_t *)x[0].qs + 16, (const uint8_t *)x[1].qs + 16);
+    p.ds = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)&x[0].d), (const __m64 *)&x[1].d);
+    p.d8 = spread_pair(p.ds);
+    p.base = _mm256_setzero_si256();
+    if (weight_offset(type)) {
+        const __m256i off = _mm256_set1_epi8((char)weight_offset(type));
+        p.base = _mm256_sub_epi32(p.base, pair_isum(p.base, off, off, p.lo, p.hi));
+    }
+    return p;
+}
+
+/* ---- the block tile ---- */
+
+/* acc += m0 * s0 + m1 * s1, in lanes 1 and 3. */
+INLINE __m256 add_min_term(const wpair *w, const xpair *x, __m256 acc) {
+#if defined(__AVX512VL__)
+    return _mm256_mask3_fmadd_ps(_mm256_castps128_ps256(w->dm), _mm256_castps128_ps256(x->ds), acc, 0x0a);
+#else
+    return _mm256_fmadd_ps(_mm256_zextps128_ps256(w->m), _mm256_zextps128_ps256(x->ds), acc);
+#endif
+}
+
+/* acc += the pair's dot product over [a x 4, b x 4] lanes. Signed Q8_0 weights use the sign
+ * trick, |w| * (x * sign(w)), exact because activations never hold -128. */
+INLINE __m256 pair_dot(int type, const wpair *w, const xpair *x, __m256 acc) {
+    __m256i dot;
+    if (type == PI_TYPE_Q8_0 && !weight_offset(type))
+        dot = pair_isum(_mm256_setzero_si256(), _mm256_abs_epi8(w->lo), _mm256_abs_epi8(w->hi),
+                        _mm256_sign_epi8(x->lo, w->lo), _mm256_sign_epi8(x->hi, w->hi));
+    else
+        dot = pair_isum(x->base, w->lo, w->hi, x->lo, x->hi);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w->d8, x->d8), acc);
+    return has_min(type) ? add_min_term(w, x, acc) : acc;
+}
+
+/* Y[t * y_stride + r] for R <= MAX_TILE_ROWS rows x T <= MAX_TILE_TOKENS tokens from token t0
+ * on, touching the addresses `ahead` (one per row, advancing as the row does) so they come from
+ * DRAM while the tile computes. An odd last block goes to the reference. */
+INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
+                        int t0, float *Y, int y_stride) {
+    const size_t bb = block_bytes(type);
+    const int nb = x.n / QK;
+    const block_q8x *xs[MAX_TILE_TOKENS];
+    __m256 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) xs[t] = x.q + (size_t)(t0 + t) * nb;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+
+    for (int b = 0; b + 1 < nb; b += 2) {
+        xpair xp[MAX_TILE_TOKENS];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) xp[t] = load_xpair(type, xs[t] + b);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            for (size_t off = 0; off < 2 * bb; off += 64) _mm_prefetch((const char *)(ahead[r] + b * bb + off), _MM_HINT_T1);
+            const wpair w = load_wpair(type, rows[r] + b * bb, rows[r] + (b + 1) * bb);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[r][t] = pair_dot(type, &w, &xp[t], acc[r][t]);
+        }
+    }
+
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float y = hsum8(acc[r][t]);
+            if (nb & 1) y += pi_ref_dot_blocks(type, rows[r], xs[t], nb - 1, nb);
+            Y[(size_t)t * y_stride + r] = y;
+        }
+}
+
+/* ---- the tile walk ---- */
+
+INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x, int t0,
+                 float *Y, int y_stride) {
+    if (is_float(type)) tile_floats(type, R, T, rows, ahead, x, t0, Y, y_stride);
+    else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
+}
 
 /* A matmul in tiles of TR rows x TT tokens, rows outer and tokens inner, so a tile's rows stay
  * in L1 while every token tile passes over them; leftover rows and tokens go one at a time.

@@ -1,0 +1,215 @@
+"""The CPU kernels against gguf-py and numpy, for every weight type and every kernel tier.
+
+- dequant: pi_kernel_dequant must reproduce gguf.quants.dequantize.
+- matmul, block types: the result must be the dequantized weights times the activation
+  quantized to q8x blocks, the activation quantizer rewritten here in numpy float32 so that it
+  produces the very same blocks as the library.
+- matmul, float types: plain float math on the exactly decoded weights.
+- tiers: avx2 and avx512 must agree with the scalar reference to float rounding.
+
+Row counts and token counts are odd on purpose (tiles are 4 rows by 4 or 2 tokens, the rest
+goes one at a time), n = 32 and 96 give one and three blocks (the SIMD kernels work on block
+pairs and hand an odd block to the reference), and float rows of 1, 7, 33 and 577 weights end
+in partial vectors.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize, quantize
+
+from pypowerinfer._ffi import UnsupportedError, check, ffi, lib
+
+IMPLS = {"ref": 1, "avx2": 2, "avx512": 3}
+BLOCK_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+FLOAT_TYPES = ["F32", "F16", "BF16"]
+BLOCK_NS = [32, 96, 576, 1536]
+FLOAT_NS = [1, 7, 33, 577]
+ROWS = [1, 3, 37]
+NTS = [1, 3, 8]
+
+# Error bound for a dot product, as a share of sum(|w * x|): float32 rounding of per-block
+# scales and of the sums, far below one step of the 8-bit activation (1/127 of a block).
+RTOL = 2e-6
+RTOL_TIERS = 1e-6
+
+
+def impl_available(impl: str) -> bool:
+    out = np.zeros(1, np.float32)
+    rc = lib.pi_kernel_dequant(QT.F32, IMPLS[impl], ffi.from_buffer(out), 1, ffi.from_buffer("float[]", out))
+    return rc == lib.PI_OK
+
+
+def require(impl: str) -> None:
+    if not impl_available(impl):
+        pytest.skip(f"this CPU cannot run the {impl} kernels")
+
+
+def random_weights(rng: np.random.Generator, rows: int, n: int) -> np.ndarray:
+    # A per-row offset gives the blocks non-zero minimums (the Q4_1/Q5_1 "m" path).
+    return (rng.standard_normal((rows, n)) + rng.standard_normal((rows, 1))).astype(np.float32)
+
+
+def random_activations(rng: np.random.Generator, nt: int, n: int) -> np.ndarray:
+    x = rng.standard_normal((nt, n)).astype(np.float32)
+    x[0, : min(n, 32)] = 0.0  # an all-zero block: d = 0
+    return x
+
+
+def encode(data: np.ndarray, qtype: str) -> np.ndarray:
+    """gguf's encoding of `data` as raw bytes, one row per row of data."""
+    return np.ascontiguousarray(quantize(data, QT[qtype])).view(np.uint8)
+
+
+def q8x_dequantized(x: np.ndarray) -> np.ndarray:
+    """The activation as the kernels see it: q8x blocks (d = amax/127, q = rint(x * (1/d)))
+    decoded back to float64. Every step is float32, as in the C code."""
+    nt, n = x.shape
+    blocks = x.reshape(nt, n // 32, 32).astype(np.float32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint(blocks * inv), -127, 127)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(nt, n)
+
+
+def kernel_matmul(qtype: str, impl: str, w: np.ndarray, rows: int, n: int, x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.full((x.shape[0], rows), np.nan, np.float32)
+    rc = lib.pi_kernel_matmul(QT[qtype], IMPLS[impl], ffi.from_buffer(w), rows, n,
+                              ffi.from_buffer("float[]", x), x.shape[0], ffi.from_buffer("float[]", y))
+    check(rc)
+    return y
+
+
+def kernel_dequant(qtype: str, impl: str, row: np.ndarray, n: int) -> np.ndarray:
+    out = np.full(n, np.nan, np.float32)
+    check(lib.pi_kernel_dequant(QT[qtype], IMPLS[impl], ffi.from_buffer(row), n, ffi.from_buffer("float[]", out)))
+    return out
+
+
+def assert_dot_close(y: np.ndarray, expected: np.ndarray, bound: np.ndarray, rtol: float, what: str) -> None:
+    err = np.abs(y.astype(np.float64) - expected)
+    worst = np.unravel_index(np.argmax(err - rtol * bound), err.shape)
+    assert np.all(err <= rtol * bound + 1e-30), (
+        f"{what}: |error| {err[worst]:.3g} > {rtol} * sum|w*x| = {rtol * bound[worst]:.3g} at {worst}")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("n", BLOCK_NS)
+@pytest.mark.parametrize("qtype", BLOCK_TYPES)
+def test_block_matmul(qtype, n, impl):
+    require(impl)
+    rng = np.random.default_rng(n)
+    for rows in ROWS:
+        w = encode(random_weights(rng, rows, n), qtype)
+        wd = dequantize(w, QT[qtype]).astype(np.float64)
+        for nt in NTS:
+            x = random_activations(rng, nt, n)
+            xq = q8x_dequantized(x)
+            y = kernel_matmul(qtype, impl, w, rows, n, x)
+            assert_dot_close(y, xq @ wd.T, np.abs(xq) @ np.abs(wd).T, RTOL, f"{qtype} rows={rows} nt={nt}")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("n", FLOAT_NS + BLOCK_NS[2:])
+@pytest.mark.parametrize("qtype", FLOAT_TYPES)
+def test_float_matmul(qtype, n, impl):
+    require(impl)
+    rng = np.random.default_rng(n)
+    for rows in ROWS:
+        w = encode(random_weights(rng, rows, n), qtype)
+        wd = dequantize(w, QT[qtype]).astype(np.float64)
+        for nt in NTS:
+            x = random_activations(rng, nt, n)
+            y = kernel_matmul(qtype, impl, w, rows, n, x)
+            xd = x.astype(np.float64)
+            assert_dot_close(y, xd @ wd.T, np.abs(xd) @ np.abs(wd).T, RTOL, f"{qtype} rows={rows} nt={nt}")
+
+
+@pytest.mark.parametrize("impl", ["avx2", "avx512"])
+@pytest.mark.parametrize("qtype", BLOCK_TYPES + FLOAT_TYPES)
+def test_simd_matches_reference(qtype, impl):
+    require(impl)
+    rng = np.random.default_rng(7)
+    ns = BLOCK_NS if qtype in BLOCK_TYPES else FLOAT_NS + [1536]
+    for n in ns:
+        rows, nt = 37, 9
+        w = encode(random_weights(rng, rows, n), qtype)
+        x = random_activations(rng, nt, n)
+        ref = kernel_matmul(qtype, "ref", w, rows, n, x).astype(np.float64)
+        simd = kernel_matmul(qtype, impl, w, rows, n, x)
+        wd = dequantize(w, QT[qtype]).astype(np.float64)
+        bound = np.abs(x.astype(np.float64)) @ np.abs(wd).T
+        assert_dot_close(simd, ref, bound, RTOL_TIERS, f"{qtype} n={n} {impl} vs ref")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("qtype", BLOCK_TYPES + FLOAT_TYPES)
+def test_dequant(qtype, impl):
+    require(impl)
+    rng = np.random.default_rng(3)
+    ns = BLOCK_NS if qtype in BLOCK_TYPES else FLOAT_NS + BLOCK_NS
+    for n in ns:
+        w = encode(random_weights(rng, 3, n), qtype)
+        expected = dequantize(w, QT[qtype])
+        for r in range(3):
+            got = kernel_dequant(qtype, impl, w[r], n)
+            # d * q + m may be one fused multiply-add in C and two roundings in numpy.
+            np.testing.assert_allclose(got, expected[r], rtol=1e-6, atol=1e-6 * np.abs(expected[r]).max(),
+                                       err_msg=f"{qtype} n={n} row {r}")
+
+
+def test_activation_blocks_are_exact():
+    """One-hot Q8_0 rows with d = 1 read back single activation values: q * d_x exactly."""
+    n, nt = 64, 2
+    rng = np.random.default_rng(11)
+    x = random_activations(rng, nt, n)
+    one = np.array([1.0], np.float16).view(np.uint8)
+    rows = np.zeros((n, n // 32, 34), np.uint8)
+    for i in range(n):
+        rows[i, :, 0:2] = one
+        rows[i, i // 32, 2 + i % 32] = 1
+    w = rows.reshape(n, -1)
+    expected = q8x_dequantized(x)
+    for impl in IMPLS:
+        if impl_available(impl):
+            np.testing.assert_array_equal(kernel_matmul("Q8_0", impl, w, n, n, x), expected.astype(np.float32),
+                                          err_msg=impl)
+
+
+def test_row_bytes():
+    assert lib.pi_type_row_bytes(QT.Q4_0, 64) == 36
+    assert lib.pi_type_row_bytes(QT.Q4_1, 576) == 18 * 20
+    assert lib.pi_type_row_bytes(QT.Q5_0, 32) == 22
+    assert lib.pi_type_row_bytes(QT.Q5_1, 32) == 24
+    assert lib.pi_type_row_bytes(QT.Q8_0, 49152) == 1536 * 34
+    assert lib.pi_type_row_bytes(QT.F32, 7) == 28
+    assert lib.pi_type_row_bytes(QT.F16, 7) == 14
+    assert lib.pi_type_row_bytes(QT.BF16, 7) == 14
+    assert lib.pi_type_row_bytes(QT.Q8_0, 33) == 0  # not a whole number of blocks
+    assert lib.pi_type_row_bytes(QT.Q4_K, 256) == 0  # unsupported
+    assert lib.pi_type_row_bytes(1000, 32) == 0
+
+
+def test_errors():
+    w = np.zeros(4096, np.uint8)
+    x = np.zeros(64, np.float32)
+    y = np.zeros(64, np.float32)
+    xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)
+    with pytest.raises(UnsupportedError, match="q4_K"):
+        check(lib.pi_kernel_matmul(QT.Q4_K, 0, ffi.from_buffer(w), 1, 256, xp, 1, yp))
+    with pytest.raises(UnsupportedError, match="type 77"):
+        check(lib.pi_kernel_dequant(77, 0, ffi.from_buffer(w), 32, yp))
+    with pytest.raises(ValueError, match="multiple"):
+        check(lib.pi_kernel_matmul(QT.Q4_0, 0, ffi.from_buffer(w), 1, 48, xp, 1, yp))
+    with pytest.raises(ValueError, match="multiple"):
+        check(lib.pi_kernel_dequant(QT.F16, 0, ffi.from_buffer(w), 0, yp))
+    with pytest.raises(ValueError, match="NULL"):
+        check(lib.pi_kernel_matmul(QT.Q8_0, 0, ffi.NULL, 1, 32, xp, 1, yp))
+    with pytest.raises(ValueError, match="NULL"):
+        check(lib.pi_kernel_dequant(QT.Q8_0, 0, ffi.from_buffer(w), 32, ffi.NULL))
+    with pytest.raises(ValueError, match="impl"):
+        check(lib.pi_kernel_matmul(QT.F32, 9, ffi.from_buffer(w), 1, 1, xp, 1, yp))
+    check(lib.pi_kernel_matmul(QT.Q8_0, 0, ffi.from_buffer(w), 0, 32, xp, 1, yp))  # no rows: nothing to do
