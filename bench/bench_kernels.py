@@ -8,6 +8,12 @@ the effective GFLOP/s (2 * rows * n * nt / time):
 - "cold": rotating over copies totalling more than 4x the L3 (32 MiB here), so the weights
   come from DRAM as in decode, where every layer's weights are read once per token.
 
+Then the sparse FFN's down projection, pi_kernel_axpy_rows over ffn_down_t (1536 neuron rows of
+576 weights), with 10% and 30% of the rows active, scattered and ascending as the predictor
+picks them. One call sums AXPY_TOKENS tokens' active sets, so the cost of a call from Python
+stays small next to the work; GB/s counts the bytes of the rows read. "cold" gives every token
+of every call its own copy of the matrix, so its rows come from DRAM.
+
     PI_LIBRARY=build-kernels/libpowerinfer.so PYTHONPATH=. python bench/bench_kernels.py
 """
 from __future__ import annotations
@@ -25,6 +31,10 @@ IMPLS = {"ref": 1, "avx2": 2, "avx512": 3}
 # (type, n = inputs per row, rows): ffn_gate/ffn_up, ffn_down, the tied output matrix.
 SHAPES = [("Q4_1", 576, 1536), ("Q4_1", 1536, 576), ("Q8_0", 576, 49152)]
 COLD_BYTES = 128 << 20
+# (type, rows = n_ff, d = n_embd) of ffn_down_t, and the shares of active rows.
+AXPY_SHAPES = [("Q4_1", 1536, 576), ("Q4_0", 1536, 576)]
+AXPY_ACTIVE = [0.1, 0.3]
+AXPY_TOKENS = 8
 
 
 def impl_available(impl: str) -> bool:
@@ -55,16 +65,7 @@ def time_calls(qtype: str, impl: str, weights: list[np.ndarray], rows: int, n: i
     return float(np.median(times))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", action="append", choices=list(IMPLS), help="tiers to run (default: all available)")
-    parser.add_argument("--nt", type=int, action="append", help="token counts (default: 1, 8, 64)")
-    parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
-    args = parser.parse_args()
-    impls = [i for i in (args.impl or IMPLS) if impl_available(i)]
-    nts = args.nt or [1, 8, 64]
-    rng = np.random.default_rng(1)
-
+def bench_matmul(impls: list[str], nts: list[int], seconds_each: float, rng: np.random.Generator) -> None:
     print(f"{'impl':7} {'type':5} {'n x rows':>11} {'nt':>3} {'hot ms':>9} {'hot GB/s':>9} "
           f"{'cold GB/s':>9} {'GFLOP/s':>8}")
     for qtype, n, rows in SHAPES:
@@ -73,12 +74,75 @@ def main() -> None:
         for nt in nts:
             for impl in impls:
                 # The scalar reference is slow at large batches: one short measurement is plenty.
-                seconds = args.seconds if impl != "ref" else min(args.seconds, 0.2)
+                seconds = seconds_each if impl != "ref" else min(seconds_each, 0.2)
                 hot = time_calls(qtype, impl, copies[:1], rows, n, nt, seconds)
                 cold = time_calls(qtype, impl, copies[1:], rows, n, nt, seconds) if nt <= 8 else float("nan")
                 print(f"{impl:7} {qtype:5} {f'{n}x{rows}':>11} {nt:>3} {hot * 1e3:9.3f} "
                       f"{first.nbytes / hot / 1e9:9.2f} {first.nbytes / cold / 1e9:9.2f} "
                       f"{2.0 * rows * n * nt / hot / 1e9:8.1f}", flush=True)
+
+
+def active_rows(rng: np.random.Generator, n_rows: int, k: int, first: int = 0) -> np.ndarray:
+    """k distinct rows of n_rows, ascending as the predictor lists them, numbered from `first`."""
+    return (np.sort(rng.choice(n_rows, k, replace=False)) + first).astype(np.int32)
+
+
+def time_axpy(qtype: str, impl: str, w: np.ndarray, n_rows: int, d: int, row_lists: list[np.ndarray],
+              min_seconds: float) -> float:
+    """Median seconds per pi_kernel_axpy_rows call, cycling over `row_lists`."""
+    a = np.random.default_rng(0).standard_normal(len(row_lists[0]), dtype=np.float32) + 2.0  # no zeros
+    y = np.zeros(d, np.float32)
+    wp, ap, yp = ffi.from_buffer(w), ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", y)
+    rps = [ffi.from_buffer("int32_t[]", r) for r in row_lists]
+    n = len(row_lists[0])
+    check(lib.pi_kernel_axpy_rows(QT[qtype], IMPLS[impl], wp, n_rows, d, rps[0], ap, n, yp))  # warm up
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < 10000):
+        rows = rps[len(times) % len(rps)]
+        t0 = time.perf_counter()
+        lib.pi_kernel_axpy_rows(QT[qtype], IMPLS[impl], wp, n_rows, d, rows, ap, n, yp)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def bench_axpy(impls: list[str], seconds: float, rng: np.random.Generator) -> None:
+    print(f"\naxpy_rows: y += sum of the active rows of ffn_down_t, {AXPY_TOKENS} tokens a call")
+    print(f"{'impl':7} {'type':5} {'rows x d':>9} {'active':>6} {'hot us':>8} {'hot GB/s':>9} {'cold GB/s':>9}")
+    for qtype, n_rows, d in AXPY_SHAPES:
+        one = encode(qtype, n_rows, d, rng)
+        copies = max(2 * AXPY_TOKENS, COLD_BYTES // one.nbytes)
+        w = np.concatenate([one] * copies)  # hot reads copy 0; cold reads a new copy per token
+        for share in AXPY_ACTIVE:
+            k = round(share * n_rows)
+            hot_lists = [np.concatenate([active_rows(rng, n_rows, k) for _ in range(AXPY_TOKENS)])
+                         for _ in range(4)]
+            cold_lists = [np.concatenate([active_rows(rng, n_rows, k, ((c * AXPY_TOKENS + t) % copies) * n_rows)
+                                          for t in range(AXPY_TOKENS)])
+                          for c in range(copies // AXPY_TOKENS)]
+            nbytes = AXPY_TOKENS * k * one.shape[1]
+            for impl in impls:
+                hot = time_axpy(qtype, impl, w, n_rows * copies, d, hot_lists, seconds)
+                cold = time_axpy(qtype, impl, w, n_rows * copies, d, cold_lists, seconds)
+                print(f"{impl:7} {qtype:5} {f'{n_rows}x{d}':>9} {share:6.0%} {hot * 1e6:8.1f} "
+                      f"{nbytes / hot / 1e9:9.2f} {nbytes / cold / 1e9:9.2f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--impl", action="append", choices=list(IMPLS), help="tiers to run (default: all available)")
+    parser.add_argument("--nt", type=int, action="append", help="token counts (default: 1, 8, 64)")
+    parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
+    parser.add_argument("--only", choices=["matmul", "axpy"], help="run one part (default: both)")
+    args = parser.parse_args()
+    impls = [i for i in (args.impl or IMPLS) if impl_available(i)]
+    nts = args.nt or [1, 8, 64]
+    rng = np.random.default_rng(1)
+
+    if args.only != "axpy":
+        bench_matmul(impls, nts, args.seconds, rng)
+    if args.only != "matmul":
+        bench_axpy(impls, args.seconds, rng)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("-s", "--seed", type=int, default=LLAMA_DEFAULT_SEED)
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
+    p.add_argument("--no-sparse", action="store_true", help="dense FFN even when the model has predictors")
+    p.add_argument("--sparse-shift", type=float, default=0.0,
+                   help="added to every predictor threshold: > 0 skips more neurons (faster, less exact)")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -42,7 +45,8 @@ def main(argv=None) -> int:
     try:
         model = args.model or str(default_model_path())
         llm = Llama(model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=threads,
-                    n_threads_batch=args.threads_batch or threads, seed=args.seed, verbose=args.verbose)
+                    n_threads_batch=args.threads_batch or threads, seed=args.seed, verbose=args.verbose,
+                    sparse=not args.no_sparse, sparse_threshold_shift=args.sparse_shift)
     except (OSError, ValueError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -62,6 +66,7 @@ def main(argv=None) -> int:
         t_prompt = time.perf_counter() - t0
         generated: list[int] = []
         shown = 0
+        llm._ctx.reset_stats()
         t1 = time.perf_counter()
         while len(generated) < n_predict:
             token = llm.sample(temp=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
@@ -82,9 +87,12 @@ def main(argv=None) -> int:
         n_gen = len(generated)
         print(f"\nprompt eval: {len(prompt)} tokens in {t_prompt * 1e3:.1f} ms "
               f"({len(prompt) / t_prompt if t_prompt > 0 else 0:.1f} tokens/s)", file=sys.stderr)
+        stats = llm._ctx.stats()
+        share = stats["ffn_rows_done"] / stats["ffn_rows_dense"] if stats["ffn_rows_dense"] else 1.0
+        ffn = f"sparse FFN ({share:.0%} of FFN rows computed)" if share < 1.0 else "dense FFN"
         print(f"generation:  {n_gen} tokens in {t_gen * 1e3:.1f} ms "
               f"({n_gen / t_gen if t_gen > 0 else 0:.1f} tokens/s), {threads} threads, kernels "
-              f"{llm._ctx.kernels}, dense FFN", file=sys.stderr)
+              f"{llm._ctx.kernels}, {ffn}", file=sys.stderr)
     return 0
 
 

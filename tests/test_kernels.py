@@ -6,6 +6,8 @@
   produces the very same blocks as the library.
 - matmul, float types: plain float math on the exactly decoded weights.
 - tiers: avx2 and avx512 must agree with the scalar reference to float rounding.
+- axpy_rows: y + sum_j a[j] * row(rows[j]) in float64 on gguf's dequantized rows; the rows of a
+  zero a[j], and the rows no one asks for, hold NaN weights, so reading one fails the test.
 
 Row counts and token counts are odd on purpose (tiles are 4 rows by 4 or 2 tokens, the rest
 goes one at a time), n = 32 and 96 give one and three blocks (the SIMD kernels work on block
@@ -161,6 +163,72 @@ def test_dequant(qtype, impl):
                                        err_msg=f"{qtype} n={n} row {r}")
 
 
+AXPY_NS = [0, 1, 5, 37]
+AXPY_WIDE = 4096 + 96  # past the 128 blocks of y that one walk over the rows covers
+
+
+def kernel_axpy_rows(qtype: str, impl: str, w: np.ndarray, d: int, rows: np.ndarray | None, a: np.ndarray,
+                     y: np.ndarray) -> np.ndarray:
+    y = np.array(y, np.float32)
+    a = np.ascontiguousarray(a, np.float32)
+    rows_p = ffi.NULL if rows is None else ffi.from_buffer("int32_t[]", np.ascontiguousarray(rows, np.int32))
+    check(lib.pi_kernel_axpy_rows(QT[qtype], IMPLS[impl], ffi.from_buffer(w), w.shape[0], d, rows_p,
+                                  ffi.from_buffer("float[]", a), len(a), ffi.from_buffer("float[]", y)))
+    return y
+
+
+def poison(w: np.ndarray, qtype: str, bad: np.ndarray) -> np.ndarray:
+    """A copy of the encoded rows whose rows `bad` decode to NaN: every byte 0xff for the float
+    types (a NaN in F32, F16 and BF16), each block's fp16 d set to NaN for the block formats."""
+    w = w.copy()
+    if qtype in FLOAT_TYPES:
+        w[bad] = 0xFF
+    else:
+        block = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34}[qtype]
+        view = w.reshape(w.shape[0], w.shape[1] // block, block)
+        view[bad, :, 0:2] = 0xFF
+    return w
+
+
+def block_max(wd: np.ndarray, qtype: str) -> np.ndarray:
+    """max |w| over the block of each weight (0 for float types): the size of the block's own
+    constant (d * offset or m), which the kernels add apart from d * q."""
+    if qtype in FLOAT_TYPES:
+        return np.zeros_like(wd)
+    blocks = np.abs(wd).reshape(wd.shape[0], wd.shape[1] // 32, 32).max(axis=-1, initial=0.0, keepdims=True)
+    return np.broadcast_to(blocks, (*blocks.shape[:2], 32)).reshape(wd.shape)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("qtype,d", [(q, d) for q in BLOCK_TYPES for d in BLOCK_NS + [AXPY_WIDE]] +
+                         [(q, d) for q in FLOAT_TYPES for d in FLOAT_NS + BLOCK_NS])
+def test_axpy_rows(qtype, d, impl):
+    require(impl)
+    rng = np.random.default_rng(d)
+    for n in AXPY_NS:
+        for scattered in (False, True):
+            n_rows = n + 11 if scattered else n
+            w = encode(random_weights(rng, max(n_rows, 1), d), qtype)  # gguf decodes no empty arrays
+            wd = dequantize(w, QT[qtype]).astype(np.float64)[:n_rows]
+            w = w[:n_rows]
+            rows = rng.permutation(n_rows)[:n] if scattered else None
+            picked = rows if scattered else np.arange(n)
+            a = rng.standard_normal(n).astype(np.float32)
+            a[rng.random(n) < 0.4] = 0.0  # ReLU zeros, their rows never read
+            if n:
+                a[-1] = 0.0
+            used = picked[a != 0]
+            unused = np.setdiff1d(np.arange(n_rows), used)
+            y0 = rng.standard_normal(d).astype(np.float32)
+            y = kernel_axpy_rows(qtype, impl, poison(w, qtype, unused), d, rows, a, y0)
+            coef = a.astype(np.float64)[a != 0]
+            expected = y0.astype(np.float64) + coef @ wd[used]
+            bound = np.abs(y0) + np.abs(coef) @ (np.abs(wd[used]) + block_max(wd[used], qtype))
+            # float32 sums of n + 1 terms, each with a rounded a * d and a rounded product
+            rtol = 2.0 ** -24 * (2 * n + 8)
+            assert_dot_close(y, expected, bound, rtol, f"{qtype} d={d} n={n} scattered={scattered}")
+
+
 def test_activation_blocks_are_exact():
     """One-hot Q8_0 rows with d = 1 read back single activation values: q * d_x exactly."""
     n, nt = 64, 2
@@ -213,3 +281,32 @@ def test_errors():
     with pytest.raises(ValueError, match="impl"):
         check(lib.pi_kernel_matmul(QT.F32, 9, ffi.from_buffer(w), 1, 1, xp, 1, yp))
     check(lib.pi_kernel_matmul(QT.Q8_0, 0, ffi.from_buffer(w), 0, 32, xp, 1, yp))  # no rows: nothing to do
+
+
+def test_axpy_rows_errors():
+    w = np.zeros(4096, np.uint8)
+    a = np.ones(4, np.float32)
+    y = np.zeros(64, np.float32)
+    wp, ap, yp = ffi.from_buffer(w), ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", y)
+    rows = ffi.from_buffer("int32_t[]", np.array([0, 3, 1, 2], np.int32))
+    check(lib.pi_kernel_axpy_rows(QT.Q8_0, 0, wp, 4, 64, rows, ap, 4, yp))
+    with pytest.raises(ValueError, match="outside"):
+        check(lib.pi_kernel_axpy_rows(QT.Q8_0, 0, wp, 3, 64, rows, ap, 4, yp))
+    with pytest.raises(ValueError, match="outside"):
+        bad = ffi.from_buffer("int32_t[]", np.array([0, -1, 1, 2], np.int32))
+        check(lib.pi_kernel_axpy_rows(QT.Q8_0, 0, wp, 4, 64, bad, ap, 4, yp))
+    with pytest.raises(ValueError, match="rows"):  # no row list: n rows must exist
+        check(lib.pi_kernel_axpy_rows(QT.Q8_0, 0, wp, 3, 64, ffi.NULL, ap, 4, yp))
+    with pytest.raises(UnsupportedError, match="q4_K"):
+        check(lib.pi_kernel_axpy_rows(QT.Q4_K, 0, wp, 4, 256, rows, ap, 4, yp))
+    with pytest.raises(UnsupportedError, match="type 77"):
+        check(lib.pi_kernel_axpy_rows(77, 0, wp, 4, 64, rows, ap, 4, yp))
+    with pytest.raises(ValueError, match="multiple"):
+        check(lib.pi_kernel_axpy_rows(QT.Q4_1, 0, wp, 4, 48, rows, ap, 4, yp))
+    with pytest.raises(ValueError, match="NULL"):
+        check(lib.pi_kernel_axpy_rows(QT.F32, 0, wp, 4, 16, rows, ap, 4, ffi.NULL))
+    with pytest.raises(ValueError, match="negative"):
+        check(lib.pi_kernel_axpy_rows(QT.F32, 0, wp, 4, 16, rows, ap, -1, yp))
+    with pytest.raises(ValueError, match="impl"):
+        check(lib.pi_kernel_axpy_rows(QT.F32, 9, wp, 4, 16, rows, ap, 4, yp))
+    assert not y.any()  # every call above failed or added rows of zero weights

@@ -143,6 +143,11 @@ PI_API void pi_context_reset_stats(pi_context *ctx);
  * `type`; X is float [nt][n], quantized inside as the forward pass does. */
 PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t n,
                             const float *X, int32_t nt, float *Y);
+/* y[0..d) += a[j] * row rows[j] of W (row j when rows is NULL) for j < n, skipping a[j] == 0
+ * (those rows are not read): the sparse FFN's down projection. W holds n_rows rows of d weights
+ * in `type`; every rows[j] must lie in [0, n_rows). */
+PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t d,
+                               const int32_t *rows, const float *a, int32_t n, float *y);
 /* out[0..n) = dequantized weights of one row of n weights. */
 PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_t n, float *out);
 /* Bytes of one row of n weights of `type`; 0 when unsupported or n is not a block multiple. */

@@ -54,7 +54,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
 static double total_bytes(const buffer_sizes *s) {
     double floats = s->kv /* two f16 caches */ + s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
                     2.0 * s->out_x + s->logits + s->rank +
-                    2.0 * s->per_thread + 2.0 * s->ff;
+                    s->per_thread + 2.0 * s->ff;
     return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x);
 }
 
@@ -117,10 +117,9 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->pred_out = malloc(s.ff * sizeof(float));
     c->active = malloc(s.ff * sizeof(int32_t));
     c->down_acc = malloc(s.per_thread * sizeof(float));
-    c->row_buf = malloc(s.per_thread * sizeof(float));
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq || !c->q || !c->k || !c->v || !c->gate || !c->up ||
         !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q || !c->logits ||
-        !c->pred_h || !c->pred_hq || !c->pred_out || !c->active || !c->down_acc || !c->row_buf) {
+        !c->pred_h || !c->pred_hq || !c->pred_out || !c->active || !c->down_acc) {
         pi_context_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
     }
@@ -145,7 +144,7 @@ PI_API void pi_context_free(pi_context *c) {
     free(c->k_cache); free(c->v_cache); free(c->x); free(c->xn); free(c->xq); free(c->q); free(c->k); free(c->v);
     free(c->gate); free(c->up); free(c->rope_cs); free(c->inv_freq); free(c->att);
     free(c->out_x); free(c->delta); free(c->out_q); free(c->logits);
-    free(c->pred_h); free(c->pred_hq); free(c->pred_out); free(c->active); free(c->down_acc); free(c->row_buf);
+    free(c->pred_h); free(c->pred_hq); free(c->pred_out); free(c->active); free(c->down_acc);
     free(c);
 }
 

@@ -41,7 +41,6 @@ struct pi_context {
     float *pred_out;    /* [n_ff]          predictor logits */
     int32_t *active;    /* [n_ff]          neurons predicted to fire, ascending */
     float *down_acc;    /* [n_threads][n_embd] per-thread partial sums of the sparse down */
-    float *row_buf;     /* [n_threads][n_embd] one dequantized ffn_down_t row per thread */
 
     /* profiling capture (caller's buffers, see pi_context_set_capture) */
     float *capture_ffn_in, *capture_act;

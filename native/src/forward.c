@@ -208,20 +208,17 @@ enum { DOWN_RUN = 32 };
 
 static void down_worker(void *arg, int ith, int nth) {
     down_task *t = arg;
-    pi_context *c = t->c;
-    const int d = (int)t->w->n_in;
-    float *acc = c->down_acc + (size_t)ith * d, *row = c->row_buf + (size_t)ith * d;
+    const pi_weight *w = t->w;
+    const int d = (int)w->n_in;
+    float *acc = t->c->down_acc + (size_t)ith * d;
     memset(acc, 0, (size_t)d * sizeof(float));
     for (;;) {
         const int j0 = atomic_fetch_add_explicit(&t->next, DOWN_RUN, memory_order_relaxed);
         if (j0 >= t->n) return;
         const int j1 = j0 + DOWN_RUN < t->n ? j0 + DOWN_RUN : t->n;
-        for (int j = j0; j < j1; j++) {
-            if (t->a[j] == 0.0f) continue; /* ReLU zeros cost nothing */
-            const size_t r = t->rows ? (size_t)t->rows[j] : (size_t)j;
-            c->kern.dequant[t->w->type](t->w->data + r * t->w->row_bytes, row, d);
-            c->vec.axpy(t->a[j], row, acc, d);
-        }
+        /* acc += a[j] * row(j) over the run; the kernel skips ReLU zeros without reading their rows */
+        const uint8_t *W = t->rows ? w->data : w->data + (size_t)j0 * w->row_bytes;
+        t->c->kern.axpy_rows[w->type](W, w->row_bytes, t->rows ? t->rows + j0 : NULL, t->a + j0, j1 - j0, acc, d);
     }
     (void)nth;
 }

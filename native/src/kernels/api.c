@@ -62,3 +62,21 @@ PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n
     free(q);
     return PI_OK;
 }
+
+PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t d,
+                               const int32_t *rows, const float *a, int32_t n, float *y) {
+    const pi_type_info *info;
+    pi_kernels k;
+    int rc = row_type(type, d, &info);
+    if (rc == PI_OK) rc = kernels_for(impl, &k);
+    if (rc != PI_OK) return rc;
+    if (!W || !a || !y) return pi_set_error(PI_ERR_ARG, "pi_kernel_axpy_rows: NULL weights, coefficients or output");
+    if (n_rows < 0 || n < 0) return pi_set_error(PI_ERR_ARG, "pi_kernel_axpy_rows: negative n_rows %d or n %d", n_rows, n);
+    if (!rows && n > n_rows)
+        return pi_set_error(PI_ERR_ARG, "pi_kernel_axpy_rows: %d coefficients for %d rows", n, n_rows);
+    for (int32_t j = 0; rows && j < n; j++)
+        if (rows[j] < 0 || rows[j] >= n_rows)
+            return pi_set_error(PI_ERR_ARG, "pi_kernel_axpy_rows: rows[%d] = %d is outside [0, %d)", j, rows[j], n_rows);
+    k.axpy_rows[type](W, pi_type_row_bytes(type, d), rows, a, n, y, d);
+    return PI_OK;
+}

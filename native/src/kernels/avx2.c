@@ -4,7 +4,10 @@
  * Block formats use the pair scheme of simd.h with vpmaddubsw + vpmaddwd as the integer dot;
  * Q8_0 weights stay signed and use the sign trick. A tile is 4 rows x 2 tokens (4 x 1 in
  * decode): 8 accumulators keep both FMA pipes busy and, with 16 ymm registers, the spills
- * stay cheap reloads. Float rows hand their last n % 8 weights to the reference. */
+ * stay cheap reloads. Float rows hand their last n % 8 weights to the reference.
+ *
+ * axpy_rows (the sparse FFN's down projection) sums 4 rows per pass over y, a block's 32 weights
+ * as four ymm of floats (simd.h's block_q) times the precomputed a d. */
 #include "simd.h"
 
 enum { TILE_R = 4, TILE_T = 2 }; /* rows and tokens per full tile */
@@ -22,18 +25,6 @@ INLINE __m256i pair_isum(__m256i init, __m256i w_lo, __m256i w_hi, __m256i x_lo,
 }
 
 /* ---- float matmul ---- */
-
-/* 8 weights from i on, as floats. */
-INLINE __m256 load_float8(int type, const void *row, int i) {
-    switch (type) {
-    case PI_TYPE_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const pi_fp16 *)row + i)));
-    case PI_TYPE_BF16: { /* bf16 is the top half of an f32 */
-        const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const pi_bf16 *)row + i)));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-    }
-    default: return _mm256_loadu_ps((const float *)row + i); /* PI_TYPE_F32 */
-    }
-}
 
 /* The last n % 8 weights of each row go to the reference. */
 INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
@@ -64,6 +55,37 @@ INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, cons
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++)
             Y[(size_t)t * y_stride + r] = hsum8(acc[r][t]) + pi_ref_dot_floats(type, rows[r], xs[t], n8, x.n);
+}
+
+/* ---- axpy over rows ---- */
+
+/* Four ymm of y per block, each row's weights from block_q(); the FMAs take broadcast loads of
+ * the precomputed scales. */
+INLINE void axpy_blocks(int type, int R, const uint8_t *const *rows, const uintptr_t *ahead, const axpy_scales *sc,
+                        float *y, int b0, int nb) {
+    const size_t bb = block_bytes(type);
+    for (int i = 0; i < nb; i++) {
+        const size_t b = (size_t)(b0 + i);
+        float *yb = y + b * QK;
+        __m256 acc[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) acc[k] = _mm256_loadu_ps(yb + 8 * k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *block = rows[r] + b * bb;
+            _mm_prefetch((const char *)(ahead[r] + b * bb), _MM_HINT_T1);
+            __m256 q[4];
+            block_q(type, block, q);
+            const __m256 ad = _mm256_set1_ps(sc->s[r][2 * i]);
+            const __m256 adh = high_scale(type) != 1.0f ? _mm256_set1_ps(sc->sh[r][2 * i]) : ad;
+            acc[0] = _mm256_fmadd_ps(q[0], ad, acc[0]);
+            acc[1] = _mm256_fmadd_ps(q[1], ad, acc[1]);
+            acc[2] = _mm256_fmadd_ps(q[2], adh, acc[2]);
+            acc[3] = _mm256_fmadd_ps(q[3], adh, acc[3]);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) _mm256_storeu_ps(yb + 8 * k, acc[k]);
+    }
 }
 
 /* ---- the tile walk ---- */
@@ -130,4 +152,5 @@ void pi_kernels_avx2(pi_kernels *k) {
     k->matmul[PI_TYPE_Q5_0] = matmul_q5_0;
     k->matmul[PI_TYPE_Q5_1] = matmul_q5_1;
     k->matmul[PI_TYPE_Q8_0] = matmul_q8_0;
+    set_axpy_and_dequant(k);
 }

@@ -23,12 +23,18 @@ typedef void (*pi_matmul_fn)(const void *W, size_t row_bytes, const int32_t *idx
                              pi_act x, int nt, float *Y, int y_stride);
 /* y[0..n) = the n weights of one row. */
 typedef void (*pi_dequant_fn)(const void *row, float *y, int n);
+/* y[0..d) += a[j] * row(j) for j in [0, n) with a[j] != 0 (rows of zero a[j] are not read),
+ * where row(j) is W + (rows ? rows[j] : j) * row_bytes, a row of d weights. The sparse FFN's
+ * down projection, over ffn_down_t's neuron rows. d is a multiple of the block for block types. */
+typedef void (*pi_axpy_rows_fn)(const void *W, size_t row_bytes, const int32_t *rows, const float *a, int n,
+                                float *y, int d);
 
 typedef struct {
     const char *name;                      /* "ref", "avx2", "avx512" */
     void (*quantize_act)(const float *x, block_q8x *y, int n); /* n % 32 == 0 */
     pi_matmul_fn matmul[PI_TYPE_COUNT];
     pi_dequant_fn dequant[PI_TYPE_COUNT];
+    pi_axpy_rows_fn axpy_rows[PI_TYPE_COUNT];
 } pi_kernels;
 
 /* Fill *k for impl (PI_IMPL_*); AUTO picks the best the CPU supports.

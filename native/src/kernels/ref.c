@@ -119,16 +119,41 @@ static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx
     }
 }
 
+/* The 32 weights of one block as floats, w = d * q + m: what dequant stores and axpy_rows adds. */
+static void block_floats(int type, const uint8_t *block, float *w) {
+    decoded_block b;
+    decode_block(type, block, &b);
+    for (int j = 0; j < QK; j++) w[j] = b.d * b.q[j] + b.m;
+}
+
 static void dequant(int type, const void *row, float *y, int n) {
     if (pi_type_get(type)->block_size == 1) {
         for (int i = 0; i < n; i++) y[i] = load_float(type, row, i);
         return;
     }
     const int block_bytes = pi_type_get(type)->type_size;
-    for (int b = 0; b < n / QK; b++) {
-        decoded_block w;
-        decode_block(type, (const uint8_t *)row + (size_t)b * block_bytes, &w);
-        for (int j = 0; j < QK; j++) y[b * QK + j] = w.d * w.q[j] + w.m;
+    for (int b = 0; b < n / QK; b++) block_floats(type, (const uint8_t *)row + (size_t)b * block_bytes, y + b * QK);
+}
+
+void pi_ref_axpy_floats(int type, const void *row, float a, float *y, int i0, int n) {
+    for (int i = i0; i < n; i++) y[i] += a * load_float(type, row, i);
+}
+
+static void axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *rows, const float *a, int n,
+                      float *y, int d) {
+    const int blocks = pi_type_get(type)->block_size == QK, block_bytes = pi_type_get(type)->type_size;
+    for (int j = 0; j < n; j++) {
+        if (a[j] == 0.0f) continue; /* ReLU zeros: the row is not even read */
+        const uint8_t *row = pi_matmul_row(W, row_bytes, rows, 0, j);
+        if (!blocks) {
+            pi_ref_axpy_floats(type, row, a[j], y, 0, d);
+            continue;
+        }
+        for (int b = 0; b < d / QK; b++) {
+            float w[QK];
+            block_floats(type, row + (size_t)b * block_bytes, w);
+            for (int k = 0; k < QK; k++) y[b * QK + k] += a[j] * w[k];
+        }
     }
 }
 
@@ -151,6 +176,15 @@ static void dequant_q5_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_
 static void dequant_q5_1(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_1, row, y, n); }
 static void dequant_q8_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q8_0, row, y, n); }
 
+static void axpy_rows_f32(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_F32, W, rb, rows, a, n, y, d); }
+static void axpy_rows_f16(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_F16, W, rb, rows, a, n, y, d); }
+static void axpy_rows_bf16(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_BF16, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q4_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_0, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q4_1(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_1, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q5_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_0, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q5_1(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_1, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q8_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q8_0, W, rb, rows, a, n, y, d); }
+
 void pi_kernels_ref(pi_kernels *k) {
     memset(k, 0, sizeof *k);
     k->name = "ref";
@@ -171,4 +205,12 @@ void pi_kernels_ref(pi_kernels *k) {
     k->dequant[PI_TYPE_Q5_0] = dequant_q5_0;
     k->dequant[PI_TYPE_Q5_1] = dequant_q5_1;
     k->dequant[PI_TYPE_Q8_0] = dequant_q8_0;
+    k->axpy_rows[PI_TYPE_F32] = axpy_rows_f32;
+    k->axpy_rows[PI_TYPE_F16] = axpy_rows_f16;
+    k->axpy_rows[PI_TYPE_BF16] = axpy_rows_bf16;
+    k->axpy_rows[PI_TYPE_Q4_0] = axpy_rows_q4_0;
+    k->axpy_rows[PI_TYPE_Q4_1] = axpy_rows_q4_1;
+    k->axpy_rows[PI_TYPE_Q5_0] = axpy_rows_q5_0;
+    k->axpy_rows[PI_TYPE_Q5_1] = axpy_rows_q5_1;
+    k->axpy_rows[PI_TYPE_Q8_0] = axpy_rows_q8_0;
 }

@@ -1,5 +1,5 @@
 /* ref.h - what the SIMD tiers share and borrow from the scalar reference: row addressing,
- * the prefetch distance, and the dot products they hand their leftovers to. Private to
+ * the prefetch distance, and the dot products and axpys they hand their leftovers to. Private to
  * native/src/kernels. */
 #ifndef PI_KERNELS_REF_H
 #define PI_KERNELS_REF_H
@@ -35,5 +35,7 @@ static inline int pi_prefetch_rows(size_t row_bytes, int min_rows) {
 float pi_ref_dot_blocks(int type, const void *row, const block_q8x *x, int b0, int nb);
 /* Sum over i0 <= i < n of row[i] * x[i] for an F32, F16 or BF16 row. */
 float pi_ref_dot_floats(int type, const void *row, const float *x, int i0, int n);
+/* y[i] += a * row[i] for i0 <= i < n, for an F32, F16 or BF16 row. */
+void pi_ref_axpy_floats(int type, const void *row, float a, float *y, int i0, int n);
 
 #endif
