@@ -1,0 +1,437 @@
+"""Profile a GGUF model's FFN activations, train per-layer predictors, and write an extended GGUF.
+
+    python convert/add_profile.py model.gguf [-o OUT] [--corpus FILE] [--tokens N] [--rank R]
+                                  [--max-ppl-increase P] [--sparsity-target S] [--recall R]
+                                  [--down-t-type auto|same|q8_0|f16] [--force]
+
+Steps, each a function below:
+  1. tokens   calibration text (default: the calibration split of pydoc_data.topics, see
+              corpus.py) -> chunks of 256 tokens; the last VAL_SHARE of them are validation
+  2. profile  dense native forward passes with the capture hook: FFN inputs and |act| per layer
+              (profile.py); active = act != 0 (ReLU family) or in the token's top (1 - s) share
+              by |act| (GLU family, s = the sparsity target)
+  3. train    per layer fc1 -> ReLU -> fc2 in numpy on the training chunks (predictor.py)
+  4. choose   per-layer thresholds on the validation chunks for a target weighted recall; each
+              candidate (sparsity target, recall) is written as a complete file and its
+              validation perplexity measured by the native runtime with sparse=2; the
+              sparsest candidate within --max-ppl-increase P% (default 3) of dense wins;
+              --sparsity-target S skips the search
+  5. write    the winner is renamed onto the output path (never a half-written file there);
+              then the terminal table, <stem>.profile.json and <stem>.profile.png (report.py)
+
+Output: every original key and tensor unchanged (same types and bytes), plus per layer
+  blk.N.ffn_freq          F32 [n_ff]: share of calibration tokens in which the neuron is active
+  blk.N.fc1.weight        ne {n_embd, r}: Q8_0 when n_embd and r are multiples of 32, else F16
+  blk.N.fc2.weight        ne {r, n_ff}: same type as fc1
+  blk.N.ffn_down_t.weight ne {n_embd, n_ff}: ffn_down transposed, one row per neuron (write.down_t_type)
+and the powerinfer.* keys of `profile_keys`. The runtime computes neuron i of layer N when
+(fc2 @ relu(fc1 @ x))[i] >= powerinfer.layer_thresholds[N] + its threshold shift, x being the
+normed FFN input (what ffn_gate/ffn_up multiply).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# Run as a script, sys.path[0] is convert/: drop it (our profile.py must not shadow the stdlib's)
+# and append the repo root so `convert.*` imports, after any installed pypowerinfer.
+if sys.path and sys.path[0] and Path(sys.path[0]).resolve() == HERE:
+    del sys.path[0]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
+
+import numpy as np  # noqa: E402
+from gguf import GGMLQuantizationType, GGUFValueType  # noqa: E402
+
+from convert import corpus, predictor, report, write  # noqa: E402
+from convert import profile as prof  # noqa: E402
+from convert.write import ConvertError, NewTensor  # noqa: E402
+
+log = logging.getLogger("convert")
+
+FORMAT_VERSION = 1
+N_CTX = 256
+VAL_SHARE = 0.125                      # share of the calibration chunks held back for thresholds/ppl
+GLU_TARGETS = [0.3, 0.4, 0.5, 0.6]     # candidate sparsity targets (share of neurons skipped per token)
+DEFAULT_TARGET = 0.5                   # where the search starts; the choice when no search can run
+DEFAULT_MAX_PPL_INCREASE = 3.0         # percent
+RELU_RECALLS = [0.9, 0.95, 0.98, 0.99]  # ReLU models: candidates differ by recall target only
+DEFAULT_RECALL = 0.95
+DENSER_RECALLS = [0.99, 0.98]           # GLU models: the search's last resorts, on the densest target
+Q8_0 = GGMLQuantizationType.Q8_0
+F16 = GGMLQuantizationType.F16
+
+
+@dataclass
+class LayerFit:
+    """One layer's trained predictor, as stored (fc1/fc2 encoded) and as the runtime sees it."""
+    rank: int
+    qtype: GGMLQuantizationType
+    fc1: np.ndarray       # encoded for the writer: numpy (r, n_embd), ne {n_embd, r}
+    fc2: np.ndarray       # numpy (n_ff, r), ne {r, n_ff}
+    val_logits: np.ndarray  # [n_val, n_ff] logits of the validation tokens with the stored (decoded) weights
+    seconds: float
+    trained: predictor.Predictor  # float32, before encoding (a warm start for the next target)
+
+
+@dataclass
+class Candidate:
+    target: int            # index into profile.targets
+    recall: float
+    sparsity_target: float
+    quality: list = field(default_factory=list)  # predictor.Quality per layer
+    path: Path | None = None
+    tensors: list = field(default_factory=list)  # the NewTensors added (for the log)
+    eval: dict | None = None
+
+    @property
+    def predicted_sparsity(self) -> float:
+        return float(np.mean([q.sparsity for q in self.quality]))
+
+    def passes(self, dense_ppl: float, max_increase: float) -> bool:
+        return self.eval is not None and self.eval["ppl"] <= dense_ppl * (1 + max_increase / 100.0)
+
+
+# --- 1. tokens ---------------------------------------------------------------------------
+
+def step_tokens(tokenizer, corpus_file, n_tokens: int) -> tuple[str, list[np.ndarray], list[np.ndarray]]:
+    """(corpus name, training chunks, validation chunks) of the calibration text."""
+    name, entries = corpus.corpus_entries(corpus_file)
+    ids = corpus.token_stream(lambda b: tokenizer.encode(b, add_bos=False, special=False), entries, n_tokens)
+    bos = tokenizer.bos_id if tokenizer.add_bos and tokenizer.bos_id >= 0 else None
+    chunks = corpus.chunk(ids, N_CTX, bos)
+    if len(chunks) < 2:
+        raise ConvertError(f"calibration text gives {len(ids)} tokens; need at least {2 * N_CTX} "
+                           "(raise --tokens or give a longer --corpus)")
+    n_val = max(1, int(round(len(chunks) * VAL_SHARE)))
+    log.info("calibration: %s, %d tokens in %d chunks (%d for validation)", name, sum(map(len, chunks)),
+             len(chunks), n_val)
+    return name, chunks[:-n_val], chunks[-n_val:]
+
+
+# --- 2. profile is convert/profile.py: run_profile ------------------------------------------
+
+# --- 3. train ----------------------------------------------------------------------------
+
+def _encode_predictor(fc1: np.ndarray, fc2: np.ndarray, qtype) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    e1, e2 = write.encode_weight(fc1, qtype), write.encode_weight(fc2, qtype)
+    return e1, e2, write.decode_weight(e1, qtype).reshape(fc1.shape), write.decode_weight(e2, qtype).reshape(fc2.shape)
+
+
+def step_train(p: prof.Profile, target: int, ranks: list[int], *, epochs: int, recall: float,
+               init: list[LayerFit] | None = None, progress: bool = True) -> list[LayerFit]:
+    """A predictor per layer for label set `target`. fc1/fc2 are stored as Q8_0 when both row
+    lengths (n_embd, r) are multiples of 32 and Q8_0 costs at most 0.01 of predicted sparsity
+    at the target recall on validation tokens, else F16; thresholds are later chosen on the
+    stored (decoded) weights, so they hold for what the runtime reads. `init`: another label
+    set's fits to start from."""
+    from tqdm import tqdm
+
+    fits = []
+    bar = tqdm(range(p.n_layer), desc=f"train s={p.targets[target]:.2f}", unit="layer", disable=not progress,
+               leave=False)
+    for layer in bar:
+        t0 = time.perf_counter()
+        x = p.ffn_in[layer, :p.n_train].astype(np.float32)
+        y, w = p.layer_targets(target, layer, slice(0, p.n_train))
+        pred = predictor.train(x, lambda rows: (y[rows], w[rows]), p.n_ff, ranks[layer], epochs=epochs, seed=layer,
+                               init=init[layer].trained if init else None)
+        xv = p.ffn_in[layer, p.n_train:].astype(np.float32)
+        yv, wv = p.layer_targets(target, layer, slice(p.n_train, None))
+        options = [F16]
+        if p.n_embd % 32 == 0 and ranks[layer] % 32 == 0:
+            options.insert(0, Q8_0)
+        ref_sparsity = None
+        for qtype in reversed(options):  # F16 first: the reference
+            e1, e2, d1, d2 = _encode_predictor(pred.fc1, pred.fc2, qtype)
+            z = predictor.Predictor(d1, d2).logits(xv)
+            sp = predictor.choose_threshold(z, yv, wv, recall).sparsity
+            if ref_sparsity is None:
+                ref_sparsity = sp
+            if qtype == F16 or sp >= ref_sparsity - 0.01:
+                chosen = (qtype, e1, e2, z)
+        qtype, e1, e2, z = chosen
+        fits.append(LayerFit(rank=ranks[layer], qtype=qtype, fc1=e1, fc2=e2, val_logits=z,
+                             seconds=time.perf_counter() - t0, trained=pred))
+    return fits
+
+
+# --- 4. choose ---------------------------------------------------------------------------
+
+def thresholds(p: prof.Profile, fits: list[LayerFit], target: int, recall: float) -> list[predictor.Quality]:
+    return [predictor.choose_threshold(f.val_logits, *p.layer_targets(target, layer, slice(p.n_train, None)), recall)
+            for layer, f in enumerate(fits)]
+
+
+def profile_keys(p: prof.Profile, cand: Candidate, corpus_name: str) -> dict:
+    f32, u32, s = GGUFValueType.FLOAT32, GGUFValueType.UINT32, GGUFValueType.STRING
+    return {
+        "powerinfer.format_version": (FORMAT_VERSION, u32),
+        "powerinfer.activation": (p.activation, s),
+        # a neuron of layer N runs when its predictor logit >= layer_thresholds[N] (+ the runtime's shift)
+        "powerinfer.layer_thresholds": ([float(q.threshold) for q in cand.quality], GGUFValueType.ARRAY, f32),
+        "powerinfer.sparse_threshold": (0.0, f32),  # PowerInfer's global key, kept for compatibility
+        "powerinfer.sparsity_target": (float(cand.sparsity_target), f32),
+        "powerinfer.target_recall": (float(cand.recall), f32),
+        "powerinfer.calibration_corpus": (corpus_name, s),
+        "powerinfer.calibration_tokens": (int(p.n_tokens), u32),
+    }
+
+
+def layer_tensors(p: prof.Profile, fits: list[LayerFit], target: int, down_t: list[NewTensor]) -> list[NewTensor]:
+    out = []
+    freq = p.frequency(target)
+    for layer, f in enumerate(fits):
+        out += [
+            NewTensor(f"blk.{layer}.ffn_freq", freq[layer], GGMLQuantizationType.F32),
+            NewTensor(f"blk.{layer}.fc1.weight", f.fc1, f.qtype),
+            NewTensor(f"blk.{layer}.fc2.weight", f.fc2, f.qtype),
+            down_t[layer],
+        ]
+    return out
+
+
+class Chooser:
+    """Trains (once per label set), thresholds, writes and evaluates candidate settings."""
+
+    def __init__(self, args, reader, p: prof.Profile, corpus_name: str, staging: write.Staging, ranks: list[int],
+                 drop_profile: bool, evaluate=None):
+        self.args, self.reader, self.p, self.corpus_name = args, reader, p, corpus_name
+        self.staging, self.ranks, self.drop_profile = staging, ranks, drop_profile
+        self.fits: dict[int, list[LayerFit]] = {}
+        self.down_t = [write.down_t(reader, layer, args.down_t_type) for layer in range(p.n_layer)]
+        self.dense_ppl = float(np.exp(p.dense_val_nll))
+        self.evaluate = evaluate or self._native_eval
+        self.evaluated: list[Candidate] = []
+
+    def start_index(self, settings: list[tuple[int, float]], forced_target: float | None) -> int:
+        """The first candidate: --sparsity-target (or DEFAULT_TARGET) for GLU models, --recall
+        (or DEFAULT_RECALL) for ReLU models."""
+        if self.p.relu:
+            want = self.args.recall or DEFAULT_RECALL
+            return int(np.argmin([abs(r - want) for _, r in settings]))
+        want = DEFAULT_TARGET if forced_target is None else forced_target
+        return int(np.argmin([abs(self.p.targets[t] - want) for t, _ in settings]))
+
+    def settings(self) -> list[tuple[int, float]]:
+        """(label set, recall) candidates, densest first."""
+        if self.p.relu:
+            recalls = [self.args.recall] if self.args.recall is not None else sorted(RELU_RECALLS, reverse=True)
+            return [(0, r) for r in recalls]
+        recall = self.args.recall or DEFAULT_RECALL
+        # below the densest target, a higher recall on it (no retraining) when --recall is not given
+        denser = [] if self.args.recall is not None else [(0, r) for r in DENSER_RECALLS if r > recall]
+        return denser + [(j, recall) for j in range(len(self.p.targets))]
+
+    def candidate(self, target: int, recall: float) -> Candidate:
+        if target not in self.fits:
+            # a neighbouring target's predictors are a good start: its active sets nest with these
+            near = min(self.fits, key=lambda t: abs(self.p.targets[t] - self.p.targets[target]), default=None)
+            epochs = self.args.epochs if near is None else max(1, self.args.epochs // 2)
+            self.fits[target] = step_train(self.p, target, self.ranks, epochs=epochs, recall=recall,
+                                           init=self.fits.get(near), progress=not self.args.quiet)
+        fits = self.fits[target]
+        cand = Candidate(target=target, recall=recall, sparsity_target=self.p.targets[target],
+                         quality=thresholds(self.p, fits, target, recall))
+        cand.tensors = layer_tensors(self.p, fits, target, self.down_t)
+        cand.path = self.staging.write(write.write_gguf, self.reader, cand.tensors,
+                                       profile_keys(self.p, cand, self.corpus_name), drop_profile=self.drop_profile)
+        return cand
+
+    def _native_eval(self, cand: Candidate) -> dict:
+        return prof.perplexity(cand.path, self.p.val_chunks, sparse=2, n_threads=self.args.threads,
+                               progress=not self.args.quiet, desc=f"ppl s={cand.sparsity_target:.2f}")
+
+    def run(self, setting: tuple[int, float]) -> Candidate:
+        cand = self.candidate(*setting)
+        cand.eval = self.evaluate(cand)
+        cand.eval["sparse_ran"] = cand.eval["ffn_rows_share"] < 1.0
+        self.evaluated.append(cand)
+        log.info("candidate sparsity target %.2f, recall %.2f: predicted sparsity %.3f, validation ppl %.3f "
+                 "(dense %.3f, %+.1f%%), FFN rows computed %.1f%%", cand.sparsity_target, cand.recall,
+                 cand.predicted_sparsity, cand.eval["ppl"], self.dense_ppl,
+                 100 * (cand.eval["ppl"] / self.dense_ppl - 1), 100 * cand.eval["ffn_rows_share"])
+        return cand
+
+
+def step_choose(ch: Chooser, max_increase: float | None, forced_target: float | None) -> Candidate:
+    """The sparsest candidate whose validation perplexity, measured by the native sparse
+    runtime, is within max_increase % of dense. Perplexity is taken to grow with sparsity, so
+    the search starts at the default setting and walks one way: sparser while it passes,
+    denser until it passes. Without --max-ppl-increase, with --sparsity-target, or when the
+    runtime does not run the predictors (it reports every FFN row computed), that first
+    candidate is the result (its measured numbers are still reported)."""
+    settings = ch.settings()
+    start = ch.start_index(settings, forced_target)
+    first = ch.run(settings[start])
+    if forced_target is not None or max_increase is None:
+        return first
+    if not first.eval["sparse_ran"]:
+        log.warning("the native runtime computed every FFN row with sparse=2 (no sparse path for these "
+                    "predictors yet): perplexity cannot guide the choice; keeping sparsity target %.2f unchecked",
+                    first.sparsity_target)
+        return first
+    ok = lambda c: c.passes(ch.dense_ppl, max_increase)  # noqa: E731
+    best = first if ok(first) else None
+    fallback = first          # densest failing candidate, the answer if none passes
+    step = 1 if best else -1  # settings are densest first
+    i = start + step
+    while 0 <= i < len(settings):
+        cand = ch.run(settings[i])
+        if ok(cand):
+            if best is not None:
+                ch.staging.discard(best.path)
+            best = cand
+            if step < 0:
+                break
+        else:
+            if step > 0:
+                ch.staging.discard(cand.path)
+                break
+            ch.staging.discard(fallback.path)
+            fallback = cand
+        i += step
+    if best is None:
+        log.warning("no candidate stays within %.1f%% of dense perplexity; writing the densest (sparsity target "
+                    "%.2f, %+.1f%%)", max_increase, fallback.sparsity_target,
+                    100 * (fallback.eval["ppl"] / ch.dense_ppl - 1))
+        return fallback
+    if fallback is not best:
+        ch.staging.discard(fallback.path)
+    return best
+
+
+# --- 5. write ----------------------------------------------------------------------------
+
+def step_write(ch: Chooser, best: Candidate, out: Path) -> None:
+    ch.staging.commit(best.path)
+    for t in best.tensors:
+        log.info("added %-28s %-5s %s", t.name, t.qtype.name, "x".join(map(str, t.data.shape)))
+    log.info("wrote %s (%.1f MB)", out, out.stat().st_size / 1e6)
+
+
+# --- the command ---------------------------------------------------------------------------
+
+def default_output(src: Path) -> Path:
+    return src.with_name(src.stem + ".powerinfer.gguf")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="add_profile.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", type=Path, help="input GGUF (never modified)")
+    ap.add_argument("-o", "--output", type=Path, help="output GGUF (default: <stem>.powerinfer.gguf beside the input)")
+    ap.add_argument("--corpus", type=Path, help="calibration text file (default: pydoc_data.topics calibration split)")
+    ap.add_argument("--tokens", type=int, default=12288, help="calibration tokens (default 12288)")
+    ap.add_argument("--rank", type=int, help="predictor rank for every layer (default: ~n_ff/24, a multiple of 32)")
+    ap.add_argument("--max-ppl-increase", type=float, default=DEFAULT_MAX_PPL_INCREASE, metavar="P",
+                    help="pick the sparsest setting within P%% of dense validation perplexity, measured by the "
+                         f"native sparse runtime (default {DEFAULT_MAX_PPL_INCREASE})")
+    ap.add_argument("--sparsity-target", type=float,
+                    help=f"GLU models: no search, use this target (the candidates are {GLU_TARGETS})")
+    ap.add_argument("--recall", type=float, help=f"target weighted recall of the thresholds (default {DEFAULT_RECALL})")
+    ap.add_argument("--down-t-type", choices=write.DOWN_T_TYPES, default="auto",
+                    help="type of ffn_down_t: auto (default) = Q8_0 for a 4/5-bit ffn_down, whose same-type "
+                         "requantization costs several %% perplexity, else ffn_down's type; same = always "
+                         "ffn_down's type")
+    ap.add_argument("--epochs", type=int, default=4, help="predictor training epochs (default 4)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="native threads")
+    ap.add_argument("--force", action="store_true", help="re-profile an input that already has a profile")
+    ap.add_argument("--no-plot", action="store_true", help="skip <stem>.profile.png")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
+    args = ap.parse_args(argv)
+    if args.tokens < 2 * N_CTX:
+        ap.error(f"--tokens must be at least {2 * N_CTX}")
+    if args.recall is not None and not 0.0 < args.recall <= 1.0:
+        ap.error("--recall must be in (0, 1]")
+    if args.sparsity_target is not None and not 0.0 <= args.sparsity_target < 1.0:
+        ap.error("--sparsity-target must be in [0, 1)")
+    return args
+
+
+def _load_native(path: Path):
+    from pypowerinfer.model import NativeModel
+    from pypowerinfer.tokenizer import Tokenizer
+
+    try:
+        model = NativeModel(path)
+        tokenizer = Tokenizer(model.metadata())
+    except Exception as e:  # the native loader's message names what it cannot run
+        raise ConvertError(f"{path}: unsupported model: {e}") from e
+    return model, tokenizer
+
+
+def convert(args, evaluate=None) -> dict:
+    """Run every step; returns the report dict also saved as <stem>.profile.json."""
+    t_start = time.perf_counter()
+    src = args.model
+    out = args.output or default_output(src)
+    if out.resolve() == src.resolve():
+        raise ConvertError("the output path is the input path; the input is never modified")
+    reader = write.open_gguf(src)
+    markers = write.profiled_markers(reader)
+    if markers and not args.force:
+        shown = ", ".join(markers[:3]) + (", ..." if len(markers) > 3 else "")
+        raise ConvertError(f"{src} is already profiled (has {shown}); use --force to re-profile it")
+    write.check_writable(out)
+    model, tokenizer = _load_native(src)
+    info = model.info
+    if args.rank is not None and args.rank < 1:
+        raise ConvertError("--rank must be positive")
+    ranks = [args.rank or predictor.default_rank(info.n_embd, info.n_ff)] * info.n_layer
+    targets = GLU_TARGETS if args.sparsity_target is None or args.sparsity_target in GLU_TARGETS \
+        else sorted(set(GLU_TARGETS) | {args.sparsity_target})
+    log.info("%s: %s, %d layers, n_embd %d, n_ff %d, FFN activation %s, predictor rank %d", src.name,
+             reader.fields["general.architecture"].contents() if "general.architecture" in reader.fields else "?",
+             info.n_layer, info.n_embd, info.n_ff, info.ffn_act, ranks[0])
+
+    corpus_name, train_chunks, val_chunks = step_tokens(tokenizer, args.corpus, args.tokens)
+    p = prof.run_profile(model, train_chunks, val_chunks, targets=targets, n_threads=args.threads,
+                         progress=not args.quiet)
+    model.close()
+    t_profile = time.perf_counter() - t_start
+
+    with write.Staging(out) as staging:
+        ch = Chooser(args, reader, p, corpus_name, staging, ranks, drop_profile=bool(markers), evaluate=evaluate)
+        best = step_choose(ch, args.max_ppl_increase, args.sparsity_target)
+        step_write(ch, best, out)
+    seconds = time.perf_counter() - t_start
+    rep = report.build(src=src, out=out, info=info, p=p, ch=ch, best=best, corpus_name=corpus_name,
+                       seconds=seconds, profile_seconds=t_profile, args=args)
+    report.print_table(rep, sys.stdout)
+    report.save(rep, out, plot=not args.no_plot)
+    log.info("done in %.1f s", seconds)
+    return rep
+
+
+def _sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds through the cleanups like Ctrl-C does
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("gguf").setLevel(logging.WARNING)  # its writer announces every candidate file
+    old = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        convert(args)
+    except ConvertError as e:
+        log.error("error: %s", e)
+        return 2
+    except KeyboardInterrupt:
+        log.error("interrupted; nothing was written to the output path")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
