@@ -53,12 +53,24 @@ static void mm_worker(void *arg, int ith, int nth) {
     (void)nth;
 }
 
+enum { ROW_CHUNK_BYTES = 256 * 1024 };
+
+static int decode_chunk_rows(const mm_target *targets, int n_targets, int nth) {
+    int rows = 0;
+    for (int i = 0; i < n_targets; i++) rows += target_rows(&targets[i]);
+    const int by_bytes = (int)(ROW_CHUNK_BYTES / targets[0].w->row_bytes);
+    const int balanced = rows / (4 * nth);
+    int chunk = by_bytes < balanced ? by_bytes : balanced;
+    return chunk < 32 ? 32 : chunk / 4 * 4;
+}
+
 /* Y_i[t] = W_i x[t] for each target; outputs are dense [nt][n_out]. */
 static void matmul(pi_context *c, pi_act x, int nt, const mm_target *targets, int n_targets) {
     mm_task t = { .kern = &c->kern, .x = x, .nt = nt, .n_targets = n_targets };
     const int nth = nt > 1 ? c->params.n_threads_batch : c->params.n_threads;
-    /* decode: small row chunks keep both cores busy; prefill: 64x64 tiles stay in L2 */
-    t.rows_per_chunk = nt > 1 ? 64 : 32;
+    /* prefill: 64x64 tiles stay in L2. decode: chunks of ~ROW_CHUNK_BYTES, since the kernels'
+     * prefetch restarts with every call, but at least 4 chunks per thread to balance the cores */
+    t.rows_per_chunk = nt > 1 ? 64 : decode_chunk_rows(targets, n_targets, nth);
     t.toks_per_chunk = 64;
     for (int i = 0; i < n_targets; i++) {
         t.targets[i] = targets[i];
