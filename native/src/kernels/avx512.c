@@ -166,25 +166,6 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
 
 /* ---- the table ---- */
 
-static void matmul_f32(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_F32, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_f16(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_F16, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_bf16(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_BF16, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q4_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q4_1(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_1, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q5_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q5_1(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_1, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q8_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q8_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
+#include "table.h"
 
-void pi_kernels_avx512(pi_kernels *k) {
-    k->name = "avx512";
-    k->quantize_act = quantize_act;
-    k->matmul[PI_TYPE_F32] = matmul_f32;
-    k->matmul[PI_TYPE_F16] = matmul_f16;
-    k->matmul[PI_TYPE_BF16] = matmul_bf16;
-    k->matmul[PI_TYPE_Q4_0] = matmul_q4_0;
-    k->matmul[PI_TYPE_Q4_1] = matmul_q4_1;
-    k->matmul[PI_TYPE_Q5_0] = matmul_q5_0;
-    k->matmul[PI_TYPE_Q5_1] = matmul_q5_1;
-    k->matmul[PI_TYPE_Q8_0] = matmul_q8_0;
-    set_axpy_and_dequant(k);
-}
+void pi_kernels_avx512(pi_kernels *k) { fill_table(k, "avx512"); }
