@@ -126,7 +126,7 @@ static void block_floats(int type, const uint8_t *block, float *w) {
     for (int j = 0; j < QK; j++) w[j] = b.d * b.q[j] + b.m;
 }
 
-static void dequant(int type, const void *row, float *y, int n) {
+void pi_ref_dequant(int type, const void *row, float *y, int n) {
     if (pi_type_get(type)->block_size == 1) {
         for (int i = 0; i < n; i++) y[i] = load_float(type, row, i);
         return;
@@ -157,60 +157,11 @@ static void axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *
     }
 }
 
-/* The table holds one entry per type, so each type gets a named instance of the generic loops. */
-static void matmul_f32(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_F32, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_f16(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_F16, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_bf16(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_BF16, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q4_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q4_1(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_1, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q5_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q5_1(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_1, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q8_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q8_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void dequant(int type, const void *row, float *y, int n) { pi_ref_dequant(type, row, y, n); }
 
-static void dequant_f32(const void *row, float *y, int n) { dequant(PI_TYPE_F32, row, y, n); }
-static void dequant_f16(const void *row, float *y, int n) { dequant(PI_TYPE_F16, row, y, n); }
-static void dequant_bf16(const void *row, float *y, int n) { dequant(PI_TYPE_BF16, row, y, n); }
-static void dequant_q4_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q4_0, row, y, n); }
-static void dequant_q4_1(const void *row, float *y, int n) { dequant(PI_TYPE_Q4_1, row, y, n); }
-static void dequant_q5_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_0, row, y, n); }
-static void dequant_q5_1(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_1, row, y, n); }
-static void dequant_q8_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q8_0, row, y, n); }
-
-static void axpy_rows_f32(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_F32, W, rb, rows, a, n, y, d); }
-static void axpy_rows_f16(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_F16, W, rb, rows, a, n, y, d); }
-static void axpy_rows_bf16(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_BF16, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q4_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_0, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q4_1(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_1, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q5_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_0, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q5_1(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_1, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q8_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q8_0, W, rb, rows, a, n, y, d); }
+#include "table.h"
 
 void pi_kernels_ref(pi_kernels *k) {
     memset(k, 0, sizeof *k);
-    k->name = "ref";
-    k->quantize_act = quantize_act;
-    k->matmul[PI_TYPE_F32] = matmul_f32;
-    k->matmul[PI_TYPE_F16] = matmul_f16;
-    k->matmul[PI_TYPE_BF16] = matmul_bf16;
-    k->matmul[PI_TYPE_Q4_0] = matmul_q4_0;
-    k->matmul[PI_TYPE_Q4_1] = matmul_q4_1;
-    k->matmul[PI_TYPE_Q5_0] = matmul_q5_0;
-    k->matmul[PI_TYPE_Q5_1] = matmul_q5_1;
-    k->matmul[PI_TYPE_Q8_0] = matmul_q8_0;
-    k->dequant[PI_TYPE_F32] = dequant_f32;
-    k->dequant[PI_TYPE_F16] = dequant_f16;
-    k->dequant[PI_TYPE_BF16] = dequant_bf16;
-    k->dequant[PI_TYPE_Q4_0] = dequant_q4_0;
-    k->dequant[PI_TYPE_Q4_1] = dequant_q4_1;
-    k->dequant[PI_TYPE_Q5_0] = dequant_q5_0;
-    k->dequant[PI_TYPE_Q5_1] = dequant_q5_1;
-    k->dequant[PI_TYPE_Q8_0] = dequant_q8_0;
-    k->axpy_rows[PI_TYPE_F32] = axpy_rows_f32;
-    k->axpy_rows[PI_TYPE_F16] = axpy_rows_f16;
-    k->axpy_rows[PI_TYPE_BF16] = axpy_rows_bf16;
-    k->axpy_rows[PI_TYPE_Q4_0] = axpy_rows_q4_0;
-    k->axpy_rows[PI_TYPE_Q4_1] = axpy_rows_q4_1;
-    k->axpy_rows[PI_TYPE_Q5_0] = axpy_rows_q5_0;
-    k->axpy_rows[PI_TYPE_Q5_1] = axpy_rows_q5_1;
-    k->axpy_rows[PI_TYPE_Q8_0] = axpy_rows_q8_0;
+    fill_table(k, "ref");
 }

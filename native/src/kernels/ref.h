@@ -36,6 +36,8 @@ float pi_ref_dot_blocks(int type, const void *row, const block_q8x *x, int b0, i
 /* Sum over i0 <= i < n of row[i] * x[i] for an F32, F16 or BF16 row. */
 float pi_ref_dot_floats(int type, const void *row, const float *x, int i0, int n);
 /* y[i] += a * row[i] for i0 <= i < n, for an F32, F16 or BF16 row. */
+/* The reference dequantization of one row (the SIMD tiers use it for float rows). */
+void pi_ref_dequant(int type, const void *row, float *y, int n);
 void pi_ref_axpy_floats(int type, const void *row, float a, float *y, int i0, int n);
 
 #endif

@@ -568,38 +568,10 @@ INLINE void dequant_blocks(int type, const void *row, float *y, int n) {
     }
 }
 
-/* The table entries, one named instance per type, the same in both tiers. */
-static void axpy_rows_f32(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_F32, W, rb, rows, a, n, y, d); }
-static void axpy_rows_f16(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_F16, W, rb, rows, a, n, y, d); }
-static void axpy_rows_bf16(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_BF16, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q4_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_0, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q4_1(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_1, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q5_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_0, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q5_1(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_1, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q8_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q8_0, W, rb, rows, a, n, y, d); }
-
-static void dequant_q4_0(const void *row, float *y, int n) { dequant_blocks(PI_TYPE_Q4_0, row, y, n); }
-static void dequant_q4_1(const void *row, float *y, int n) { dequant_blocks(PI_TYPE_Q4_1, row, y, n); }
-static void dequant_q5_0(const void *row, float *y, int n) { dequant_blocks(PI_TYPE_Q5_0, row, y, n); }
-static void dequant_q5_1(const void *row, float *y, int n) { dequant_blocks(PI_TYPE_Q5_1, row, y, n); }
-static void dequant_q8_0(const void *row, float *y, int n) { dequant_blocks(PI_TYPE_Q8_0, row, y, n); }
-
-/* Install axpy_rows for every type and dequant for the block formats (float rows keep the
- * reference's, a plain conversion). */
-static void set_axpy_and_dequant(pi_kernels *k) {
-    k->axpy_rows[PI_TYPE_F32] = axpy_rows_f32;
-    k->axpy_rows[PI_TYPE_F16] = axpy_rows_f16;
-    k->axpy_rows[PI_TYPE_BF16] = axpy_rows_bf16;
-    k->axpy_rows[PI_TYPE_Q4_0] = axpy_rows_q4_0;
-    k->axpy_rows[PI_TYPE_Q4_1] = axpy_rows_q4_1;
-    k->axpy_rows[PI_TYPE_Q5_0] = axpy_rows_q5_0;
-    k->axpy_rows[PI_TYPE_Q5_1] = axpy_rows_q5_1;
-    k->axpy_rows[PI_TYPE_Q8_0] = axpy_rows_q8_0;
-    k->dequant[PI_TYPE_Q4_0] = dequant_q4_0;
-    k->dequant[PI_TYPE_Q4_1] = dequant_q4_1;
-    k->dequant[PI_TYPE_Q5_0] = dequant_q5_0;
-    k->dequant[PI_TYPE_Q5_1] = dequant_q5_1;
-    k->dequant[PI_TYPE_Q8_0] = dequant_q8_0;
+/* Block formats through the SIMD block expansion; float rows are a plain conversion. */
+INLINE void dequant(int type, const void *row, float *y, int n) {
+    if (is_float(type)) pi_ref_dequant(type, row, y, n);
+    else dequant_blocks(type, row, y, n);
 }
 
 #endif
