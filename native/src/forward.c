@@ -146,10 +146,6 @@ static void add_bias(float *y, const float *b, int n, int dim) {
         for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
 }
 
-static void add_residual(float *x, const float *delta, int n, int d) {
-    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += delta[i];
-}
-
 /* cos/sin of every rotated pair for each token of the step, shared by all layers */
 static void rope_table(pi_context *c, int pos0, int n) {
     const int half = c->model->info.n_rot / 2;
@@ -344,7 +340,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         const mm_target o = { &L->attn_output, c->delta };
         matmul(c, a, n, &o, 1);
         add_bias(c->delta, L->attn_output_b, n, d);
-        add_residual(c->x, c->delta, n, d);
+        c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
 
         /* FFN: x += down(act(gate(xn), up(xn))), over the predicted neurons when sparse */
         rmsnorm(c, c->x, L->ffn_norm, c->xn, n, d);
@@ -359,7 +355,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
             ffn_dense(c, L, il, n, a);
         }
         add_bias(c->delta, L->ffn_down_b, n, d);
-        add_residual(c->x, c->delta, n, d);
+        c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
     }
 
     /* logits of the last position, or of every position with logits_all */

@@ -14,10 +14,6 @@ static void axpy_ref(float a, const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-static void scale_ref(float a, float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] *= a;
-}
-
 static float exp_sub_sum_ref(float *x, float max, int n) {
     float sum = 0.0f;
     for (int i = 0; i < n; i++) {
@@ -98,13 +94,6 @@ AVX2 static void axpy_avx2(float a, const float *x, float *y, int n) {
     axpy_ref(a, x + i, y + i, n - i);
 }
 
-AVX2 static void scale_avx2(float a, float *x, int n) {
-    __m256 va = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(va, _mm256_loadu_ps(x + i)));
-    scale_ref(a, x + i, n - i);
-}
-
 AVX2 static float exp_sub_sum_avx2(float *x, float max, int n) {
     __m256 vmax = _mm256_set1_ps(max), sum = _mm256_setzero_ps();
     int i = 0;
@@ -158,11 +147,11 @@ AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
 #endif
 
 void pi_vec_ops_init(pi_vec_ops *v, int use_simd) {
-    *v = (pi_vec_ops){ "ref", dot_ref, axpy_ref, scale_ref, exp_sub_sum_ref, silu_mul_ref, sum_squares_ref,
+    *v = (pi_vec_ops){ "ref", axpy_ref, exp_sub_sum_ref, silu_mul_ref, sum_squares_ref,
                        dot_f16_ref, axpy_f16_ref, to_f16_ref };
 #if defined(__x86_64__)
     if (use_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        *v = (pi_vec_ops){ "avx2", dot_avx2, axpy_avx2, scale_avx2, exp_sub_sum_avx2, silu_mul_avx2, sum_squares_avx2,
+        *v = (pi_vec_ops){ "avx2", axpy_avx2, exp_sub_sum_avx2, silu_mul_avx2, sum_squares_avx2,
                            dot_f16_avx2, axpy_f16_avx2, to_f16_avx2 };
 #else
     (void)use_simd;

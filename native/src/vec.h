@@ -6,9 +6,7 @@
 
 typedef struct {
     const char *name;
-    float (*dot)(const float *a, const float *b, int n);
     void (*axpy)(float a, const float *x, float *y, int n);      /* y += a * x */
-    void (*scale)(float a, float *x, int n);                     /* x *= a */
     float (*exp_sub_sum)(float *x, float max, int n);            /* x = exp(x - max); returns the sum */
     void (*silu_mul)(const float *gate, const float *up, float *out, int n); /* out = silu(gate) * up */
     float (*sum_squares)(const float *x, int n);
