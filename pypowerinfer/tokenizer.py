@@ -556,12 +556,17 @@ def _get(meta: Mapping[str, object], key: str, kind: type | tuple[type, ...], de
     return value
 
 
+def _read_strings(meta: Mapping[str, object], name: str, missing: str) -> list[str]:
+    values = meta.get(_PREFIX + name)
+    if values is None:
+        raise ValueError(missing)
+    if not isinstance(values, Sequence) or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{_PREFIX}{name} must be a list of strings")
+    return list(values)
+
+
 def _read_tokens(meta: Mapping[str, object]) -> list[str]:
-    tokens = meta.get(_PREFIX + "tokens")
-    if tokens is None:
-        raise ValueError(f"GGUF has no {_PREFIX}tokens: no vocabulary")
-    if not isinstance(tokens, Sequence) or not all(isinstance(t, str) for t in tokens):
-        raise ValueError(f"{_PREFIX}tokens must be a list of strings")
+    tokens = _read_strings(meta, "tokens", f"GGUF has no {_PREFIX}tokens: no vocabulary")
     # llama.cpp renames empty tokens so that every text is distinct.
     return [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
 
@@ -592,12 +597,7 @@ def _read_scores(meta: Mapping[str, object], n_tokens: int) -> list[float]:
 
 
 def _read_merges(meta: Mapping[str, object]) -> list[str]:
-    merges = meta.get(_PREFIX + "merges")
-    if merges is None:
-        raise ValueError(f"byte-level BPE vocab without {_PREFIX}merges")
-    if not isinstance(merges, Sequence) or not all(isinstance(m, str) for m in merges):
-        raise ValueError(f"{_PREFIX}merges must be a list of strings")
-    return list(merges)
+    return _read_strings(meta, "merges", f"byte-level BPE vocab without {_PREFIX}merges")
 
 
 def _pre_tokenizer(name: str) -> _PreTokenizer:
