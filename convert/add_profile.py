@@ -21,7 +21,7 @@ Steps, each a function below:
 
 Output: every original key and tensor unchanged (same types and bytes), plus per layer
   blk.N.ffn_freq          F32 [n_ff]: share of calibration tokens in which the neuron is active
-  blk.N.fc1.weight        ne {n_embd, r}: Q8_0 when n_embd and r are multiples of 32, else F16
+  blk.N.fc1.weight        ne {n_embd, r}: Q4_0 or Q8_0 when n_embd and r are multiples of 32, else F16
   blk.N.fc2.weight        ne {r, n_ff}: same type as fc1
   blk.N.ffn_down_t.weight ne {n_embd, n_ff}: ffn_down transposed, one row per neuron (write.down_t_type)
 and the powerinfer.* keys of `profile_keys`. The runtime computes neuron i of layer N when
@@ -66,6 +66,7 @@ DEFAULT_MAX_PPL_INCREASE = 3.0         # percent
 RELU_RECALLS = [0.9, 0.95, 0.98, 0.99]  # ReLU models: candidates differ by recall target only
 DEFAULT_RECALL = 0.95
 DENSER_RECALLS = [0.99, 0.98]           # GLU models: the search's last resorts, on the densest target
+Q4_0 = GGMLQuantizationType.Q4_0
 Q8_0 = GGMLQuantizationType.Q8_0
 F16 = GGMLQuantizationType.F16
 
@@ -128,8 +129,8 @@ def _encode_predictor(fc1: np.ndarray, fc2: np.ndarray, qtype) -> tuple[np.ndarr
 
 def step_train(p: prof.Profile, target: int, ranks: list[int], *, epochs: int, recall: float,
                init: list[LayerFit] | None = None, progress: bool = True) -> list[LayerFit]:
-    """A predictor per layer for label set `target`. fc1/fc2 are stored as Q8_0 when both row
-    lengths (n_embd, r) are multiples of 32 and Q8_0 costs at most 0.01 of predicted sparsity
+    """A predictor per layer for label set `target`. fc1/fc2 are stored in the smallest of Q4_0
+    and Q8_0 (both row lengths (n_embd, r) multiples of 32) that costs at most 0.01 of predicted sparsity
     at the target recall on validation tokens, else F16; thresholds are later chosen on the
     stored (decoded) weights, so they hold for what the runtime reads. `init`: another label
     set's fits to start from."""
@@ -148,7 +149,7 @@ def step_train(p: prof.Profile, target: int, ranks: list[int], *, epochs: int, r
         yv, wv = p.layer_targets(target, layer, slice(p.n_train, None))
         options = [F16]
         if p.n_embd % 32 == 0 and ranks[layer] % 32 == 0:
-            options.insert(0, Q8_0)
+            options[:0] = [Q4_0, Q8_0]
         ref_sparsity = None
         for qtype in reversed(options):  # F16 first: the reference
             e1, e2, d1, d2 = _encode_predictor(pred.fc1, pred.fc2, qtype)

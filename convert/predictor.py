@@ -66,9 +66,10 @@ class _Adam:
 
 
 def default_rank(n_embd: int, n_ff: int) -> int:
-    """A multiple of 32 near n_ff / 24 (64 for SmolLM2's 1536), at least 32: fc1 + fc2 in F16
-    are then ~(n_embd + n_ff) / (12 n_embd) of the FFN's F16 bytes (~5% for 7B shapes)."""
-    return max(32, 32 * int(round(n_ff / 24 / 32)))
+    """A multiple of 64 near n_ff / 24 (64 for SmolLM2's 1536), at least 64: fc1 + fc2 in F16
+    are then ~(n_embd + n_ff) / (12 n_embd) of the FFN's F16 bytes (~5% for 7B shapes). 64, so
+    fc2's rows hold an even number of 32-blocks: the SIMD dot products take blocks in pairs."""
+    return max(64, 64 * int(round(n_ff / 24 / 64)))
 
 
 def train(x: np.ndarray, targets, n_ff: int, rank: int, *, epochs: int = 4, batch: int = 256,

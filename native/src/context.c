@@ -44,7 +44,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .out_x = (size_t)B * h->n_embd,
         .out_q = (size_t)B * ((size_t)(h->n_embd + QK - 1) / QK),
         .logits = (size_t)logits_rows * h->n_vocab,
-        .rank = (size_t)(m->max_rank + QK),
+        .rank = (size_t)n_threads * (size_t)(m->max_rank + QK),
         .per_thread = (size_t)n_threads * h->n_embd,
         .ff = (size_t)h->n_ff,
     };
@@ -114,6 +114,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->logits = calloc(s.logits, sizeof(float));
     c->pred_h = malloc(s.rank * sizeof(float));
     c->pred_hq = malloc((s.rank / QK + 1) * sizeof(block_q8x));
+    c->rank_stride = m->max_rank + QK;
     c->pred_out = malloc(s.ff * sizeof(float));
     c->active = malloc(s.ff * sizeof(int32_t));
     c->down_acc = malloc(s.per_thread * sizeof(float));

@@ -35,11 +35,12 @@ struct pi_context {
     float *logits;      /* [logits_rows][n_vocab] */
     int32_t logits_rows;
 
-    /* sparse FFN, one token at a time */
-    float *pred_h;      /* [max_rank]      predictor hidden layer */
-    block_q8x *pred_hq; /* [max_rank/32] */
+    /* sparse FFN, one token at a time; a thread fills the slices of the neuron runs it claims */
+    float *pred_h;      /* [n_threads][rank_stride]      each thread's predictor hidden layer */
+    block_q8x *pred_hq; /* [n_threads][rank_stride/32] */
+    int32_t rank_stride;
     float *pred_out;    /* [n_ff]          predictor logits */
-    int32_t *active;    /* [n_ff]          neurons predicted to fire, ascending */
+    int32_t *active;    /* [n_ff]          neurons predicted to fire: a run's from its first slot on */
     float *down_acc;    /* [n_threads][n_embd] per-thread partial sums of the sparse down */
 
     /* profiling capture (caller's buffers, see pi_context_set_capture) */

@@ -201,12 +201,11 @@ static void capture(const pi_context *c, float *buf, const float *rows, int il, 
 
 /* ---- FFN: dense, or over the neurons the predictor picks ---- */
 
-/* y = sum_j a[j] * row(rows[j]) of a weight stored one neuron per row (ffn_down_t); rows NULL
- * means every neuron. Threads claim runs of neurons and sum into their own accumulator. */
+/* y = sum_j a[j] * row(j) of a weight stored one neuron per row (ffn_down_t), for PowerInfer's
+ * files that lack ffn_down. Threads claim runs of neurons and sum into their own accumulator. */
 typedef struct {
     pi_context *c;
     const pi_weight *w;
-    const int32_t *rows;
     const float *a;
     int n;
     atomic_int next;
@@ -224,21 +223,25 @@ static void down_worker(void *arg, int ith, int nth) {
         const int j0 = atomic_fetch_add_explicit(&t->next, DOWN_RUN, memory_order_relaxed);
         if (j0 >= t->n) return;
         const int j1 = j0 + DOWN_RUN < t->n ? j0 + DOWN_RUN : t->n;
-        /* acc += a[j] * row(j) over the run; the kernel skips ReLU zeros without reading their rows */
-        const uint8_t *W = t->rows ? w->data : w->data + (size_t)j0 * w->row_bytes;
-        t->c->kern.axpy_rows[w->type](W, w->row_bytes, t->rows ? t->rows + j0 : NULL, t->a + j0, j1 - j0, acc, d);
+        /* the kernel skips ReLU zeros without reading their rows */
+        t->c->kern.axpy_rows[w->type](w->data + (size_t)j0 * w->row_bytes, w->row_bytes, NULL, t->a + j0, j1 - j0,
+                                      acc, d);
     }
     (void)nth;
 }
 
-static void down_by_rows(pi_context *c, const pi_weight *w, const int32_t *rows, const float *a, int n, float *y) {
-    down_task t = { .c = c, .w = w, .rows = rows, .a = a, .n = n };
-    atomic_init(&t.next, 0);
-    int nth = c->params.n_threads < pi_threadpool_size(c->pool) ? c->params.n_threads : pi_threadpool_size(c->pool);
-    pi_threadpool_run(c->pool, down_worker, &t, nth);
-    const int d = (int)w->n_in;
+/* y = the sum of the first nth threads' accumulators in down_acc */
+static void sum_partials(const pi_context *c, int nth, int d, float *y) {
     memcpy(y, c->down_acc, (size_t)d * sizeof(float));
     for (int i = 1; i < nth; i++) c->vec.axpy(1.0f, c->down_acc + (size_t)i * d, y, d);
+}
+
+static void down_by_rows(pi_context *c, const pi_weight *w, const float *a, int n, float *y) {
+    down_task t = { .c = c, .w = w, .a = a, .n = n };
+    atomic_init(&t.next, 0);
+    const int nth = c->params.n_threads;
+    pi_threadpool_run(c->pool, down_worker, &t, nth);
+    sum_partials(c, nth, (int)w->n_in, y);
 }
 
 static void add_bias_rows(float *y, const float *b, const int32_t *rows, int n) {
@@ -260,37 +263,108 @@ static void ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a)
         matmul(c, quantize(c, c->gate, c->xq, n, n_ff), n, &down, 1);
     } else { /* PowerInfer's files: only the transposed down matrix */
         for (int t = 0; t < n; t++)
-            down_by_rows(c, &L->ffn_down_t, NULL, c->gate + (size_t)t * n_ff, n_ff, c->delta + (size_t)t * d);
+            down_by_rows(c, &L->ffn_down_t, c->gate + (size_t)t * n_ff, n_ff, c->delta + (size_t)t * d);
     }
     c->stats.ffn_rows_done += (int64_t)n * n_ff;
 }
 
-/* delta[t] = FFN(xn[t]) over the neurons whose predictor logit reaches the layer's threshold:
- * logits = fc2 relu(fc1 xn); gate and up only for those rows; down as a sum of their rows. */
-static void ffn_sparse_token(pi_context *c, const pi_layer *L, int t, pi_act a) {
-    const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff, rank = (int)L->fc1.n_out;
-    const mm_target hidden = { &L->fc1, c->pred_h };
-    matmul(c, a, 1, &hidden, 1);
-    for (int i = 0; i < rank; i++) c->pred_h[i] = c->pred_h[i] > 0.0f ? c->pred_h[i] : 0.0f;
-    const mm_target logits = { &L->fc2, c->pred_out };
-    matmul(c, quantize(c, c->pred_h, c->pred_hq, 1, rank), 1, &logits, 1);
+/* delta[t] = FFN(xn[t]) over the neurons whose predictor logit reaches the layer's threshold,
+ * logits = fc2 relu(fc1 xn), in one task (a fork/join costs as much as a small matmul):
+ * every thread computes the r x d hidden layer itself, cheaper than waiting at a barrier, then
+ * claims runs of neurons and for each run takes its logits, keeps those over the threshold,
+ * computes their gate and up rows and adds their ffn_down_t rows into its own accumulator.
+ * A run writes only its own slices of pred_out, active, gate and up. */
+typedef struct {
+    pi_context *c;
+    const pi_layer *L;
+    pi_act x;
+    float threshold;
+    atomic_int next;
+    atomic_int rows_done;
+} sparse_task;
 
-    const float threshold = L->threshold + c->params.sparse_threshold_shift;
-    int k = 0;
-    for (int i = 0; i < n_ff; i++)
-        if (c->pred_out[i] >= threshold) c->active[k++] = i;
+enum { SPARSE_RUN = 128 };
 
-    float *g = c->gate + (size_t)t * n_ff, *u = c->up + (size_t)t * n_ff, *y = c->delta + (size_t)t * d;
-    memset(y, 0, (size_t)d * sizeof(float));
-    if (k > 0) {
-        const mm_target gate_up[2] = { { &L->ffn_gate, g, c->active, k }, { &L->ffn_up, u, c->active, k } };
-        matmul(c, a, 1, gate_up, 2);
-        add_bias_rows(g, L->ffn_gate_b, c->active, k);
-        add_bias_rows(u, L->ffn_up_b, c->active, k);
-        activate(c, g, u, (size_t)k);
-        down_by_rows(c, &L->ffn_down_t, c->active, g, k, y);
+/* Ask for a run's scattered rows all at once: the kernels prefetch a few rows ahead, which
+ * for a dozen rows picked out of 64 means waiting on memory for each in turn. */
+static void prefetch_rows(const pi_weight *w, const int32_t *rows, int n) {
+    for (int j = 0; j < n; j++) {
+        const char *row = (const char *)w->data + (size_t)rows[j] * w->row_bytes;
+        for (size_t off = 0; off < w->row_bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
     }
-    c->stats.ffn_rows_done += k;
+}
+
+/* The neurons of run [j0, j0 + nr) whose logit reaches the threshold, into active[j0..): their count */
+static int select_run(const sparse_task *t, const pi_act *hq, int j0, int nr) {
+    const pi_context *c = t->c;
+    const pi_weight *fc2 = &t->L->fc2;
+    float *logit = c->pred_out + j0;
+    int32_t *active = c->active + j0;
+    c->kern.matmul[fc2->type](fc2->data, fc2->row_bytes, NULL, j0, nr, *hq, 1, logit, nr);
+    int n = 0;
+    for (int i = 0; i < nr; i++)
+        if (logit[i] >= t->threshold) active[n++] = j0 + i;
+    return n;
+}
+
+/* acc += down_t rows * act(gate, up) over the n neurons selected at active[j0..) */
+static void compute_run(const sparse_task *t, int j0, int n, float *acc) {
+    const pi_context *c = t->c;
+    const pi_layer *L = t->L;
+    const pi_kernels *k = &c->kern;
+    const int32_t *active = c->active + j0;
+    float *g = c->gate + j0, *u = c->up + j0;
+    k->matmul[L->ffn_gate.type](L->ffn_gate.data, L->ffn_gate.row_bytes, active, 0, n, t->x, 1, g, n);
+    k->matmul[L->ffn_up.type](L->ffn_up.data, L->ffn_up.row_bytes, active, 0, n, t->x, 1, u, n);
+    add_bias_rows(g, L->ffn_gate_b, active, n);
+    add_bias_rows(u, L->ffn_up_b, active, n);
+    activate(c, g, u, (size_t)n);
+    /* the kernel skips ReLU zeros without reading their rows */
+    k->axpy_rows[L->ffn_down_t.type](L->ffn_down_t.data, L->ffn_down_t.row_bytes, active, g, n, acc,
+                                     (int)c->model->info.n_embd);
+}
+
+static void sparse_worker(void *arg, int ith, int nth) {
+    sparse_task *t = arg;
+    pi_context *c = t->c;
+    const pi_layer *L = t->L;
+    const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff, rank = (int)L->fc1.n_out;
+    float *h = c->pred_h + (size_t)ith * c->rank_stride, *acc = c->down_acc + (size_t)ith * d;
+    c->kern.matmul[L->fc1.type](L->fc1.data, L->fc1.row_bytes, NULL, 0, rank, t->x, 1, h, rank);
+    for (int i = 0; i < rank; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
+    const pi_act hq = quantize(c, h, c->pred_hq + (size_t)ith * (c->rank_stride / QK), 1, rank);
+    memset(acc, 0, (size_t)d * sizeof(float));
+    /* one run ahead: a run's rows are requested when it is selected and computed on the next
+     * turn, so memory fetches them while the previous run computes */
+    int done = 0, prev_j0 = 0, prev_n = 0;
+    for (;;) {
+        const int j0 = atomic_fetch_add_explicit(&t->next, SPARSE_RUN, memory_order_relaxed);
+        int n = 0;
+        if (j0 < n_ff) {
+            n = select_run(t, &hq, j0, n_ff - j0 < SPARSE_RUN ? n_ff - j0 : SPARSE_RUN);
+            prefetch_rows(&L->ffn_gate, c->active + j0, n);
+            prefetch_rows(&L->ffn_up, c->active + j0, n);
+            prefetch_rows(&L->ffn_down_t, c->active + j0, n);
+        }
+        if (prev_n > 0) compute_run(t, prev_j0, prev_n, acc);
+        done += prev_n;
+        if (j0 >= n_ff) break;
+        prev_j0 = j0;
+        prev_n = n;
+    }
+    atomic_fetch_add_explicit(&t->rows_done, done, memory_order_relaxed);
+    (void)nth;
+}
+
+static void ffn_sparse_token(pi_context *c, const pi_layer *L, int t, pi_act a) {
+    const int d = c->model->info.n_embd;
+    sparse_task task = { .c = c, .L = L, .x = a, .threshold = L->threshold + c->params.sparse_threshold_shift };
+    atomic_init(&task.next, 0);
+    atomic_init(&task.rows_done, 0);
+    const int nth = c->params.n_threads;
+    pi_threadpool_run(c->pool, sparse_worker, &task, nth);
+    sum_partials(c, nth, d, c->delta + (size_t)t * d);
+    c->stats.ffn_rows_done += atomic_load(&task.rows_done);
 }
 
 static int use_sparse(const pi_context *c, const pi_layer *L, int n) {
