@@ -35,6 +35,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-sparse", action="store_true", help="dense FFN even when the model has predictors")
     p.add_argument("--sparse-shift", type=float, default=0.0,
                    help="added to every predictor threshold: > 0 skips more neurons (faster, less exact)")
+    p.add_argument("--vram-budget", default=None,
+                   help="device bytes for the hot neurons of a profiled model: 2G, 25%% of its bytes, or auto")
+    p.add_argument("--hybrid-device", default="auto", choices=["auto", "cuda", "host", "none"],
+                   help="where the hot neurons run (host: the stand-in device on a CPU thread)")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -46,11 +50,14 @@ def main(argv=None) -> int:
         model = args.model or str(default_model_path())
         llm = Llama(model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=threads,
                     n_threads_batch=args.threads_batch or threads, seed=args.seed, verbose=args.verbose,
-                    sparse=not args.no_sparse, sparse_threshold_shift=args.sparse_shift)
+                    sparse=not args.no_sparse, sparse_threshold_shift=args.sparse_shift,
+                    vram_budget=args.vram_budget, hybrid_device=args.hybrid_device)
     except (OSError, ValueError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     with llm:
+        if llm.placement is not None and not args.verbose:
+            print(llm.placement.table(), file=sys.stderr)
         prompt = llm.tokenize(args.prompt.encode("utf-8"), add_bos=True, special=True)
         if len(prompt) >= llm.n_ctx():
             print(f"error: Requested tokens ({len(prompt)}) exceed context window of {llm.n_ctx()}", file=sys.stderr)

@@ -10,12 +10,15 @@ import os
 import random
 import sys
 import threading
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
 from .completion import CompletionRequest, run_completion
-from .model import NativeContext, NativeModel
+from ._ffi import lib
+from .model import NativeContext, NativeModel, cuda_device_count
+from .placement import parse_budget
 from .sampling import (LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
                        logits_to_logprobs)
 from .tokenizer import Tokenizer
@@ -63,6 +66,8 @@ class Llama:
         ffn_act: Optional[str] = None,
         sparse: Union[bool, str] = True,
         sparse_threshold_shift: float = 0.0,
+        vram_budget: Union[int, str, None] = None,
+        hybrid_device: str = "auto",
         **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
     ):
         self.verbose = verbose
@@ -72,8 +77,12 @@ class Llama:
         # ffn_act overrides the architecture's FFN activation (silu_glu, relu_glu, relu_relu_glu);
         # sparse: with a profiled model, True runs the predicted neurons only for generated tokens,
         # "all" for prompts too, False always dense; sparse_threshold_shift > 0 is sparser.
+        # vram_budget (bytes, "2G", "25%" of the model's bytes, "auto"): the hot/cold split of a
+        # profiled model; hybrid_device "auto" (CUDA when a device exists), "cuda", "host" (the
+        # stand-in device that runs the split on a host thread), "none".
         self._model = NativeModel(model_path, vocab_only=vocab_only, ffn_act=ffn_act)
         self._ctx: Optional[NativeContext] = None
+        self.placement = None  # the hot/cold split's Placement when vram_budget places neurons
         meta = self._model.metadata()
         self.metadata: Dict[str, str] = {k: _meta_str(v) for k, v in meta.items()
                                          if not isinstance(v, (list, np.ndarray))}
@@ -102,7 +111,8 @@ class Llama:
         self._ctx = NativeContext(self._model, n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
                                   n_threads_batch=self.n_threads_batch, logits_all=logits_all,
                                   kernel_impl=kernel_impl, sparse=_sparse_mode(sparse),
-                                  sparse_threshold_shift=sparse_threshold_shift)
+                                  sparse_threshold_shift=sparse_threshold_shift,
+                                  **self._split(vram_budget, hybrid_device, verbose))
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
@@ -111,6 +121,25 @@ class Llama:
         if verbose:
             print(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
                   f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}", file=sys.stderr)
+
+    def _split(self, vram_budget, hybrid_device: str, verbose: bool) -> dict:
+        """NativeContext's device and vram_budget for Llama's options; prints the placement."""
+        devices = {"none": lib.PI_DEVICE_NONE, "host": lib.PI_DEVICE_HOST, "cuda": lib.PI_DEVICE_CUDA}
+        if hybrid_device != "auto" and hybrid_device not in devices:
+            raise ValueError(f"hybrid_device must be 'auto', 'cuda', 'host' or 'none', not {hybrid_device!r}")
+        if vram_budget in (None, 0):
+            return {}
+        budget = parse_budget(vram_budget, self._model.device_bytes())
+        device = hybrid_device
+        if device == "auto":
+            device = "cuda" if cuda_device_count() > 0 else "none"
+            if device == "none":
+                warnings.warn("vram_budget: no CUDA device, so every neuron runs on the CPU", stacklevel=3)
+                return {}
+        self.placement = self._model.plan(budget)
+        if verbose:
+            print(self.placement.table(), file=sys.stderr)
+        return {"device": devices[device], "vram_budget": budget}
 
     # ---- properties llama-cpp-python exposes ----
     @property

@@ -121,6 +121,24 @@ class NativeModel:
     def describe(self) -> str:
         return ffi.string(lib.pi_model_describe(self.handle)).decode()
 
+    def device_bytes(self) -> int:
+        """Bytes of every weight a token reads: what a device holding the whole model needs."""
+        return int(lib.pi_model_device_bytes(self.handle))
+
+    def plan(self, budget: int):
+        """The placement of `budget` device bytes (pypowerinfer.placement.Placement)."""
+        from .placement import Placement, LayerPlacement
+
+        n = self.info.n_layer
+        layers = ffi.new("pi_layer_placement[]", n)
+        totals = ffi.new("pi_placement_totals *")
+        check(lib.pi_model_plan(self.handle, int(budget), layers, totals))
+        return Placement(
+            budget=int(totals.budget), fixed_bytes=int(totals.fixed_bytes), neuron_bytes=int(totals.neuron_bytes),
+            output_on_device=bool(totals.output_on_device), n_ff=self.info.n_ff,
+            layers=[LayerPlacement(int(x.n_hot), int(x.bytes), float(x.coverage), bool(x.fixed_on_device))
+                    for x in layers])
+
     def close(self) -> None:
         if self._handle is not None:
             ffi.release(self._handle)  # runs pi_model_free now instead of at garbage collection
@@ -132,7 +150,7 @@ class NativeContext:
 
     def __init__(self, model: NativeModel, *, n_ctx: int, n_batch: int, n_threads: int,
                  n_threads_batch: int, logits_all: bool, kernel_impl: int = 0, sparse: int = 1,
-                 sparse_threshold_shift: float = 0.0):
+                 sparse_threshold_shift: float = 0.0, device: int = 0, vram_budget: int = 0):
         params = lib.pi_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -142,6 +160,8 @@ class NativeContext:
         params.kernel_impl = kernel_impl
         params.sparse = sparse
         params.sparse_threshold_shift = sparse_threshold_shift
+        params.device = device
+        params.vram_budget = int(vram_budget)
         self._capture = None
         out = ffi.new("pi_context **")
         check(lib.pi_context_new(model.handle, params, out))

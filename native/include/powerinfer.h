@@ -101,12 +101,21 @@ typedef struct {
     int32_t kernel_impl;     /* 0 auto, 1 scalar reference, 2 avx2, 3 avx512 */
     int32_t sparse;          /* PI_SPARSE_*: use the model's FFN predictors (when it has them) */
     float sparse_threshold_shift; /* added to every layer's predictor threshold: > 0 sparser */
+    int32_t device;          /* PI_DEVICE_*: where the hot neurons of pi_model_plan(vram_budget) run */
+    uint64_t vram_budget;    /* device bytes for the hybrid split; 0 = all on the CPU */
 } pi_context_params;
 
 enum {
     PI_SPARSE_OFF = 0,       /* dense FFN everywhere (the exact result) */
     PI_SPARSE_DECODE = 1,    /* predicted neurons only for one-token steps; prompts run dense */
     PI_SPARSE_ALL = 2        /* predicted neurons for every token, prompts included */
+};
+
+enum {
+    PI_DEVICE_NONE = 0,      /* everything on the CPU */
+    PI_DEVICE_HOST = 1,      /* the device side of the split on a host thread with its own copy of the
+                                hot rows: the split and merge without a GPU (tests, CI) */
+    PI_DEVICE_CUDA = 2       /* the hot neurons on CUDA device 0 */
 };
 
 PI_API pi_context_params pi_context_default_params(void);
@@ -153,7 +162,28 @@ PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_
 /* Bytes of one row of n weights of `type`; 0 when unsupported or n is not a block multiple. */
 PI_API uint64_t pi_type_row_bytes(int32_t type, int64_t n);
 
-/* ---- devices ---- */
+/* ---- devices and the hot/cold split ---- */
+/* Which neurons a device budget holds, from the profiled frequencies (see placement.h): per
+ * layer, positions [0, n_hot) of the layer's frequency order, their bytes and the share of the
+ * layer's activations they serve; fixed_on_device: the layer's attention and predictor fit first. */
+typedef struct {
+    int32_t n_hot;
+    int32_t fixed_on_device;
+    uint64_t bytes;
+    double coverage;
+} pi_layer_placement;
+typedef struct {
+    uint64_t budget;
+    uint64_t fixed_bytes;    /* output matrix, attention and predictors placed ahead of neurons */
+    uint64_t neuron_bytes;   /* FFN neurons placed */
+    int32_t output_on_device;
+} pi_placement_totals;
+/* layers: [n_layer], filled. */
+PI_API int pi_model_plan(const pi_model *model, uint64_t budget, pi_layer_placement *layers,
+                         pi_placement_totals *totals);
+/* The bytes pi_model_plan can place: every weight a token reads (what a full offload needs). */
+PI_API uint64_t pi_model_device_bytes(const pi_model *model);
+
 /* CUDA devices usable by this build: 0 without a GPU, a driver, or a CUDA build. */
 PI_API int pi_cuda_device_count(void);
 /* What this build contains, e.g. "cpu x86 cuda": the backends compiled in. */

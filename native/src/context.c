@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "device.h"
+#include "placement.h"
 #include "status.h"
 
 PI_API pi_context_params pi_context_default_params(void) {
     pi_context_params p = { .n_ctx = 512, .n_batch = 512, .n_threads = 0, .n_threads_batch = 0,
                             .logits_all = 0, .kernel_impl = PI_IMPL_AUTO, .sparse = PI_SPARSE_DECODE,
-                            .sparse_threshold_shift = 0.0f };
+                            .sparse_threshold_shift = 0.0f, .device = PI_DEVICE_NONE, .vram_budget = 0 };
     return p;
 }
 
@@ -21,7 +23,7 @@ static int cpu_count(void) {
 
 /* Sizes of every buffer, in floats (or blocks), computed once so the total can be checked first. */
 typedef struct {
-    size_t kv, x, xn, xq, q, k, gate, rope, inv_freq, att, out_x, out_q, logits, rank, per_thread, ff;
+    size_t kv, x, xn, xq, q, k, gate, rope, inv_freq, att, out_x, out_q, logits, rank, per_thread, ff, runs, run_acc;
 } buffer_sizes;
 
 static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_threads, int logits_rows) {
@@ -44,18 +46,63 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .out_x = (size_t)B * h->n_embd,
         .out_q = (size_t)B * ((size_t)(h->n_embd + QK - 1) / QK),
         .logits = (size_t)logits_rows * h->n_vocab,
-        .rank = (size_t)n_threads * (size_t)(m->max_rank + QK),
+        .rank = (size_t)(n_threads + 1) * (size_t)(m->max_rank + QK),
         .per_thread = (size_t)n_threads * h->n_embd,
         .ff = (size_t)h->n_ff,
+        .runs = (size_t)(h->n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN,
     };
+    s.run_acc = s.runs * (size_t)h->n_embd;
     return s;
 }
 
 static double total_bytes(const buffer_sizes *s) {
     double floats = s->kv /* two f16 caches */ + s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
                     2.0 * s->out_x + s->logits + s->rank +
-                    s->per_thread + 2.0 * s->ff;
+                    s->per_thread + 3.0 * s->ff + s->runs + s->run_acc;
     return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x);
+}
+
+/* The hot/cold split of params.vram_budget: the plan's hot neurons, whole runs of them, first in
+ * each layer's layout, and the device that computes them. With PI_DEVICE_NONE the layout still
+ * applies and the CPU computes every run: the reference the split is tested against. Nothing to
+ * do without predictors or a budget. */
+static int start_split(pi_context *c) {
+    const pi_model *m = c->model;
+    const int n_layer = m->info.n_layer, n_ff = m->info.n_ff;
+    if (c->params.device == PI_DEVICE_CUDA)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "the CUDA side of the hybrid split is not implemented yet "
+                                                "(this build: %s); use no device or the host stand-in", pi_build_info());
+    if (c->params.device != PI_DEVICE_NONE && c->params.device != PI_DEVICE_HOST)
+        return pi_set_error(PI_ERR_ARG, "unknown device %d", c->params.device);
+    if (!m->has_predictors || c->params.vram_budget == 0) return PI_OK;
+    pi_layer_placement *plan = malloc((size_t)n_layer * sizeof *plan);
+    uint8_t *hot = malloc((size_t)n_ff);
+    c->hot_runs = calloc((size_t)n_layer, sizeof(int32_t));
+    c->layout = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
+    if (!plan || !hot || !c->hot_runs || !c->layout) {
+        free(plan);
+        free(hot);
+        return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
+    }
+    pi_placement_totals totals;
+    pi_plan_placement(m, c->params.vram_budget, plan, &totals);
+    int any = 0;
+    for (int il = 0; il < n_layer; il++) {
+        const pi_layer *L = &m->layers[il];
+        int32_t *layout = c->layout + (size_t)il * n_ff;
+        c->hot_runs[il] = (plan[il].n_hot + PI_FFN_RUN - 1) / PI_FFN_RUN;
+        any |= c->hot_runs[il] > 0;
+        memset(hot, 0, (size_t)n_ff);
+        for (int p = 0; p < plan[il].n_hot; p++) hot[L->order[p]] = 1;
+        int at = 0;
+        for (int side = 1; side >= 0; side--)
+            for (int i = 0; i < n_ff; i++)
+                if (hot[i] == side) layout[at++] = i;
+    }
+    free(plan);
+    free(hot);
+    if (!any || c->params.device == PI_DEVICE_NONE) return PI_OK;
+    return pi_device_host_new(c, &c->device);
 }
 
 PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
@@ -117,10 +164,14 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->rank_stride = m->max_rank + QK;
     c->pred_out = malloc(s.ff * sizeof(float));
     c->active = malloc(s.ff * sizeof(int32_t));
+    c->active_rows = malloc(s.ff * sizeof(int32_t));
+    c->run_acc = malloc(s.run_acc * sizeof(float));
+    c->run_rows = calloc(s.runs, sizeof(int32_t));
     c->down_acc = malloc(s.per_thread * sizeof(float));
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq || !c->q || !c->k || !c->v || !c->gate || !c->up ||
         !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q || !c->logits ||
-        !c->pred_h || !c->pred_hq || !c->pred_out || !c->active || !c->down_acc) {
+        !c->pred_h || !c->pred_hq || !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows ||
+        !c->down_acc) {
         pi_context_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
     }
@@ -131,6 +182,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
         c->inv_freq[i] = (float)f;
     }
     int rc = pi_threadpool_new(pool_size, &c->pool);
+    if (!rc) rc = start_split(c);
     if (rc) {
         pi_context_free(c);
         return rc;
@@ -145,7 +197,11 @@ PI_API void pi_context_free(pi_context *c) {
     free(c->k_cache); free(c->v_cache); free(c->x); free(c->xn); free(c->xq); free(c->q); free(c->k); free(c->v);
     free(c->gate); free(c->up); free(c->rope_cs); free(c->inv_freq); free(c->att);
     free(c->out_x); free(c->delta); free(c->out_q); free(c->logits);
-    free(c->pred_h); free(c->pred_hq); free(c->pred_out); free(c->active); free(c->down_acc);
+    free(c->pred_h); free(c->pred_hq); free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
+    free(c->run_rows); free(c->down_acc);
+    if (c->device) c->device->ops->free(c->device);
+    free(c->hot_runs);
+    free(c->layout);
     free(c);
 }
 

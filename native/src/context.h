@@ -35,13 +35,22 @@ struct pi_context {
     float *logits;      /* [logits_rows][n_vocab] */
     int32_t logits_rows;
 
-    /* sparse FFN, one token at a time; a thread fills the slices of the neuron runs it claims */
-    float *pred_h;      /* [n_threads][rank_stride]      each thread's predictor hidden layer */
-    block_q8x *pred_hq; /* [n_threads][rank_stride/32] */
+    /* sparse FFN, one token at a time (ffn_sparse.h); a run fills its own slices, by position */
+    float *pred_h;      /* [n_threads + 1][rank_stride] predictor hidden layer of each thread and the device */
+    block_q8x *pred_hq; /* [n_threads + 1][rank_stride/32] */
     int32_t rank_stride;
     float *pred_out;    /* [n_ff]          predictor logits */
-    int32_t *active;    /* [n_ff]          neurons predicted to fire: a run's from its first slot on */
-    float *down_acc;    /* [n_threads][n_embd] per-thread partial sums of the sparse down */
+    int32_t *active;    /* [n_ff]          positions predicted to fire: a run's from its first slot on */
+    int32_t *active_rows; /* [n_ff]        their weight rows on the side that computes the run */
+    float *run_acc;     /* [n_runs][n_embd] each run's sum of down rows */
+    int32_t *run_rows;  /* [n_runs]        neurons each run computed */
+    float *down_acc;    /* [n_threads][n_embd] per-thread partial sums of a transposed dense down */
+
+    /* the hot/cold split of vram_budget: runs [0, hot_runs[layer]) of each layer are its hot
+     * neurons (placement.h), computed by the device, or by the CPU without one */
+    struct pi_device *device;   /* NULL: all on the CPU */
+    int32_t *hot_runs;          /* [n_layer], or NULL without a budget */
+    int32_t *layout;            /* [n_layer][n_ff] the neuron at each position (ffn_sparse.h), or NULL */
 
     /* profiling capture (caller's buffers, see pi_context_set_capture) */
     float *capture_ffn_in, *capture_act;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "context.h"
+#include "ffn_sparse.h"
 #include "status.h"
 
 /* ---- parallel matmul: one task covers up to three weights that read the same input ---- */
@@ -131,10 +132,10 @@ static void rmsnorm(const pi_context *c, const float *x, const float *w, float *
 }
 
 /* The activation in both forms the kernels take: float, and 8-bit blocks when d allows. */
-static pi_act quantize(pi_context *c, const float *x, block_q8x *q, int n, int d) {
+pi_act pi_quantize(const pi_kernels *k, const float *x, block_q8x *q, int n, int d) {
     pi_act a = { x, NULL, d };
     if (d % QK == 0) {
-        for (int t = 0; t < n; t++) c->kern.quantize_act(x + (size_t)t * d, q + (size_t)t * (d / QK), d);
+        for (int t = 0; t < n; t++) k->quantize_act(x + (size_t)t * d, q + (size_t)t * (d / QK), d);
         a.q = q;
     }
     return a;
@@ -178,7 +179,7 @@ static void round_to_f16(const pi_context *c, float *x, int n) {
 }
 
 /* g = act(g, u) over count values: SwiGLU, or the ReLU forms of ReluLLaMA / ProSparse and dReLU */
-static void activate(const pi_context *c, float *g, const float *u, size_t count) {
+void pi_activate(const pi_context *c, float *g, const float *u, size_t count) {
     switch (c->model->info.ffn_act) {
     case PI_ACT_RELU_GLU:
         for (size_t i = 0; i < count; i++) g[i] = (g[i] > 0.0f ? g[i] : 0.0f) * u[i];
@@ -244,11 +245,6 @@ static void down_by_rows(pi_context *c, const pi_weight *w, const float *a, int 
     sum_partials(c, nth, (int)w->n_in, y);
 }
 
-static void add_bias_rows(float *y, const float *b, const int32_t *rows, int n) {
-    if (!b) return;
-    for (int j = 0; j < n; j++) y[j] += b[rows[j]];
-}
-
 /* delta[0..n) = FFN(xn) for n tokens, every neuron */
 static void ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a) {
     const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
@@ -256,115 +252,16 @@ static void ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a)
     matmul(c, a, n, gate_up, 2);
     add_bias(c->gate, L->ffn_gate_b, n, n_ff);
     add_bias(c->up, L->ffn_up_b, n, n_ff);
-    activate(c, c->gate, c->up, (size_t)n * n_ff);
+    pi_activate(c, c->gate, c->up, (size_t)n * n_ff);
     if (c->capture_act) capture(c, c->capture_act, c->gate, il, n, n_ff);
     if (L->ffn_down.data) {
         const mm_target down = { &L->ffn_down, c->delta };
-        matmul(c, quantize(c, c->gate, c->xq, n, n_ff), n, &down, 1);
+        matmul(c, pi_quantize(&c->kern, c->gate, c->xq, n, n_ff), n, &down, 1);
     } else { /* PowerInfer's files: only the transposed down matrix */
         for (int t = 0; t < n; t++)
             down_by_rows(c, &L->ffn_down_t, c->gate + (size_t)t * n_ff, n_ff, c->delta + (size_t)t * d);
     }
     c->stats.ffn_rows_done += (int64_t)n * n_ff;
-}
-
-/* delta[t] = FFN(xn[t]) over the neurons whose predictor logit reaches the layer's threshold,
- * logits = fc2 relu(fc1 xn), in one task (a fork/join costs as much as a small matmul):
- * every thread computes the r x d hidden layer itself, cheaper than waiting at a barrier, then
- * claims runs of neurons and for each run takes its logits, keeps those over the threshold,
- * computes their gate and up rows and adds their ffn_down_t rows into its own accumulator.
- * A run writes only its own slices of pred_out, active, gate and up. */
-typedef struct {
-    pi_context *c;
-    const pi_layer *L;
-    pi_act x;
-    float threshold;
-    atomic_int next;
-    atomic_int rows_done;
-} sparse_task;
-
-enum { SPARSE_RUN = 128 };
-
-/* Ask for a run's scattered rows all at once: the kernels prefetch a few rows ahead, which
- * for a dozen rows picked out of 64 means waiting on memory for each in turn. */
-static void prefetch_rows(const pi_weight *w, const int32_t *rows, int n) {
-    for (int j = 0; j < n; j++) {
-        const char *row = (const char *)w->data + (size_t)rows[j] * w->row_bytes;
-        for (size_t off = 0; off < w->row_bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
-    }
-}
-
-/* The neurons of run [j0, j0 + nr) whose logit reaches the threshold, into active[j0..): their count */
-static int select_run(const sparse_task *t, const pi_act *hq, int j0, int nr) {
-    const pi_context *c = t->c;
-    const pi_weight *fc2 = &t->L->fc2;
-    float *logit = c->pred_out + j0;
-    int32_t *active = c->active + j0;
-    c->kern.matmul[fc2->type](fc2->data, fc2->row_bytes, NULL, j0, nr, *hq, 1, logit, nr);
-    int n = 0;
-    for (int i = 0; i < nr; i++)
-        if (logit[i] >= t->threshold) active[n++] = j0 + i;
-    return n;
-}
-
-/* acc += down_t rows * act(gate, up) over the n neurons selected at active[j0..) */
-static void compute_run(const sparse_task *t, int j0, int n, float *acc) {
-    const pi_context *c = t->c;
-    const pi_layer *L = t->L;
-    const pi_kernels *k = &c->kern;
-    const int32_t *active = c->active + j0;
-    float *g = c->gate + j0, *u = c->up + j0;
-    k->matmul[L->ffn_gate.type](L->ffn_gate.data, L->ffn_gate.row_bytes, active, 0, n, t->x, 1, g, n);
-    k->matmul[L->ffn_up.type](L->ffn_up.data, L->ffn_up.row_bytes, active, 0, n, t->x, 1, u, n);
-    add_bias_rows(g, L->ffn_gate_b, active, n);
-    add_bias_rows(u, L->ffn_up_b, active, n);
-    activate(c, g, u, (size_t)n);
-    /* the kernel skips ReLU zeros without reading their rows */
-    k->axpy_rows[L->ffn_down_t.type](L->ffn_down_t.data, L->ffn_down_t.row_bytes, active, g, n, acc,
-                                     (int)c->model->info.n_embd);
-}
-
-static void sparse_worker(void *arg, int ith, int nth) {
-    sparse_task *t = arg;
-    pi_context *c = t->c;
-    const pi_layer *L = t->L;
-    const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff, rank = (int)L->fc1.n_out;
-    float *h = c->pred_h + (size_t)ith * c->rank_stride, *acc = c->down_acc + (size_t)ith * d;
-    c->kern.matmul[L->fc1.type](L->fc1.data, L->fc1.row_bytes, NULL, 0, rank, t->x, 1, h, rank);
-    for (int i = 0; i < rank; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
-    const pi_act hq = quantize(c, h, c->pred_hq + (size_t)ith * (c->rank_stride / QK), 1, rank);
-    memset(acc, 0, (size_t)d * sizeof(float));
-    /* one run ahead: a run's rows are requested when it is selected and computed on the next
-     * turn, so memory fetches them while the previous run computes */
-    int done = 0, prev_j0 = 0, prev_n = 0;
-    for (;;) {
-        const int j0 = atomic_fetch_add_explicit(&t->next, SPARSE_RUN, memory_order_relaxed);
-        int n = 0;
-        if (j0 < n_ff) {
-            n = select_run(t, &hq, j0, n_ff - j0 < SPARSE_RUN ? n_ff - j0 : SPARSE_RUN);
-            prefetch_rows(&L->ffn_gate, c->active + j0, n);
-            prefetch_rows(&L->ffn_up, c->active + j0, n);
-            prefetch_rows(&L->ffn_down_t, c->active + j0, n);
-        }
-        if (prev_n > 0) compute_run(t, prev_j0, prev_n, acc);
-        done += prev_n;
-        if (j0 >= n_ff) break;
-        prev_j0 = j0;
-        prev_n = n;
-    }
-    atomic_fetch_add_explicit(&t->rows_done, done, memory_order_relaxed);
-    (void)nth;
-}
-
-static void ffn_sparse_token(pi_context *c, const pi_layer *L, int t, pi_act a) {
-    const int d = c->model->info.n_embd;
-    sparse_task task = { .c = c, .L = L, .x = a, .threshold = L->threshold + c->params.sparse_threshold_shift };
-    atomic_init(&task.next, 0);
-    atomic_init(&task.rows_done, 0);
-    const int nth = c->params.n_threads;
-    pi_threadpool_run(c->pool, sparse_worker, &task, nth);
-    sum_partials(c, nth, d, c->delta + (size_t)t * d);
-    c->stats.ffn_rows_done += atomic_load(&task.rows_done);
 }
 
 static int use_sparse(const pi_context *c, const pi_layer *L, int n) {
@@ -392,7 +289,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
 
         /* attention: q, k, v from the normed stream; rotate; append k, v to the cache */
         rmsnorm(c, c->x, L->attn_norm, c->xn, n, d);
-        pi_act a = quantize(c, c->xn, c->xq, n, d);
+        pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
         const mm_target qkv[3] = { { &L->attn_q, c->q }, { &L->attn_k, c->k }, { &L->attn_v, c->v } };
         matmul(c, a, n, qkv, 3);
         add_bias(c->q, L->attn_q_b, n, q_dim);
@@ -410,7 +307,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         pi_threadpool_run(c->pool, attn_worker, &at, nth);
 
         /* x += attn_output(attention) */
-        a = quantize(c, c->xn, c->xq, n, q_dim);
+        a = pi_quantize(&c->kern, c->xn, c->xq, n, q_dim);
         const mm_target o = { &L->attn_output, c->delta };
         matmul(c, a, n, &o, 1);
         add_bias(c->delta, L->attn_output_b, n, d);
@@ -419,11 +316,11 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         /* FFN: x += down(act(gate(xn), up(xn))), over the predicted neurons when sparse */
         rmsnorm(c, c->x, L->ffn_norm, c->xn, n, d);
         if (c->capture_ffn_in) capture(c, c->capture_ffn_in, c->xn, il, n, d);
-        a = quantize(c, c->xn, c->xq, n, d);
+        a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
         if (use_sparse(c, L, n)) {
             for (int t = 0; t < n; t++) {
                 pi_act at = { a.f + (size_t)t * d, a.q ? a.q + (size_t)t * (d / QK) : NULL, d };
-                ffn_sparse_token(c, L, t, at);
+                pi_ffn_sparse(c, il, t, at);
             }
         } else {
             ffn_dense(c, L, il, n, a);
@@ -436,7 +333,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     if (logits_mode != PI_LOGITS_NONE) {
         const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
         rmsnorm(c, c->x + (size_t)first * d, m->output_norm, c->out_x, n_out, d);
-        pi_act a = quantize(c, c->out_x, c->out_q, n_out, d);
+        pi_act a = pi_quantize(&c->kern, c->out_x, c->out_q, n_out, d);
         const mm_target out = { &m->output, c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * h->n_vocab : 0) };
         matmul(c, a, n_out, &out, 1);
     }

@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "model.h"
+#include "placement.h"
 #include "status.h"
 
 /* Architectures we run, and the FFN activation each implies. */
@@ -240,7 +241,8 @@ static int bind_tensors(pi_model *m) {
         if (!L->fc1.data || !L->ffn_down_t.data) m->has_predictors = 0;
         if (L->fc1.n_out > m->max_rank) m->max_rank = (int32_t)L->fc1.n_out;
     }
-    return read_thresholds(m);
+    if ((rc = read_thresholds(m))) return rc;
+    return pi_order_neurons(m);
 }
 
 PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **out) {
@@ -274,6 +276,7 @@ PI_API void pi_model_free(pi_model *m) {
     gguf_close(&m->file);
     free(m->layers);
     free(m->vectors);
+    free(m->orders);
     free(m->description);
     free(m);
 }

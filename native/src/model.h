@@ -28,6 +28,7 @@ typedef struct {
     pi_weight ffn_down_t;   /* n_ff rows of n_embd: neuron i's down weights as row i */
     float *ffn_freq;        /* [n_ff] profiled activation frequency, or NULL */
     float threshold;        /* a neuron runs when its predictor logit >= threshold */
+    int32_t *order;         /* [n_ff] the neuron at each position, most frequent first (placement.c) */
 } pi_layer;
 
 struct pi_model {
@@ -44,6 +45,7 @@ struct pi_model {
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
     int32_t max_rank;       /* largest predictor rank over the layers */
     float *vectors;         /* one allocation holding every norm and bias above, as f32 */
+    int32_t *orders;        /* one allocation holding every layer's order */
     char *description;      /* built on demand by pi_model_describe */
 };
 

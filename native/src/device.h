@@ -1,0 +1,28 @@
+/* device.h - the device side of the hot/cold split (ffn_sparse.h).
+ *
+ * A device holds its own copy of every layer's hot rows, laid out in the layer's order, and
+ * computes a job's hot runs [0, hot_runs) into their run slots while the CPU threads compute
+ * the cold ones. start returns at once; wait returns when the hot runs' slots are written. */
+#ifndef PI_DEVICE_H
+#define PI_DEVICE_H
+#include "ffn_sparse.h"
+
+typedef struct pi_device pi_device;
+
+typedef struct {
+    const char *name;
+    void (*start)(pi_device *dev, int layer, ffn_job *job);
+    void (*wait)(pi_device *dev);
+    void (*free)(pi_device *dev);
+} pi_device_ops;
+
+struct pi_device {
+    const pi_device_ops *ops;
+};
+
+/* The stand-in device: one host thread with a copy of the hot rows in host memory, computing
+ * with the CPU's kernels, so the split and merge run (and are tested) without a GPU. The hot
+ * rows are those of the context's hot_runs and layout. */
+int pi_device_host_new(pi_context *c, pi_device **out);
+
+#endif

@@ -1,0 +1,106 @@
+/* ffn_sparse.c - the predictor-driven FFN of one token (ffn_sparse.h).
+ *
+ * Per layer: logits = fc2 relu(fc1 x), one per neuron; a neuron runs when its logit reaches the
+ * layer's threshold; gate and up only for those rows, the activation, and down as the sum of
+ * their ffn_down_t rows weighted by the activations. */
+#include <string.h>
+
+#include "device.h"
+#include "ffn_sparse.h"
+#include "placement.h"
+
+/* the weight row of position p */
+static int32_t row_of(const ffn_rows *w, int p) { return w->rows ? w->rows[p] : p; }
+
+/* y[j] += b[neuron of position pos[j]] */
+static void add_bias_rows(float *y, const float *b, const int32_t *layout, const int32_t *pos, int n) {
+    if (!b) return;
+    for (int j = 0; j < n; j++) y[j] += b[layout ? layout[pos[j]] : pos[j]];
+}
+
+/* Ask for a run's scattered rows all at once: the kernels prefetch a few rows ahead, which for
+ * a dozen rows picked out of a run means waiting on memory for each in turn. */
+static void prefetch_rows(const pi_weight *w, const int32_t *rows, int n) {
+    for (int j = 0; j < n; j++) {
+        const char *row = (const char *)w->data + (size_t)rows[j] * w->row_bytes;
+        for (size_t off = 0; off < w->row_bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
+    }
+}
+
+pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, float *h, block_q8x *hq) {
+    const int rank = (int)w->fc1.n_out;
+    job->c->kern.matmul[w->fc1.type](w->fc1.data, w->fc1.row_bytes, NULL, 0, rank, job->x, 1, h, rank);
+    for (int i = 0; i < rank; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
+    return pi_quantize(&job->c->kern, h, hq, 1, rank);
+}
+
+int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
+    pi_context *c = job->c;
+    const pi_kernels *k = &c->kern;
+    const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
+    const int p0 = r * PI_FFN_RUN, nr = n_ff - p0 < PI_FFN_RUN ? n_ff - p0 : PI_FFN_RUN;
+    /* this run's slices of the scratch, by position */
+    float *logit = c->pred_out + p0, *g = c->gate + p0, *u = c->up + p0, *acc = c->run_acc + (size_t)r * d;
+    int32_t *pos = c->active + p0, *rows = c->active_rows + p0;
+
+    k->matmul[w->fc2.type](w->fc2.data, w->fc2.row_bytes, w->rows ? w->rows + p0 : NULL, p0, nr, hq, 1, logit, nr);
+    int n = 0;
+    for (int i = 0; i < nr; i++)
+        if (logit[i] >= job->threshold) {
+            pos[n] = p0 + i;
+            rows[n++] = row_of(w, p0 + i);
+        }
+    c->run_rows[r] = n;
+    if (n == 0) return 0;
+    prefetch_rows(&w->gate, rows, n);
+    prefetch_rows(&w->up, rows, n);
+    prefetch_rows(&w->down_t, rows, n);
+    k->matmul[w->gate.type](w->gate.data, w->gate.row_bytes, rows, 0, n, job->x, 1, g, n);
+    k->matmul[w->up.type](w->up.data, w->up.row_bytes, rows, 0, n, job->x, 1, u, n);
+    add_bias_rows(g, job->L->ffn_gate_b, job->layout, pos, n);
+    add_bias_rows(u, job->L->ffn_up_b, job->layout, pos, n);
+    pi_activate(c, g, u, (size_t)n);
+    memset(acc, 0, (size_t)d * sizeof(float));
+    /* the kernel skips ReLU zeros without reading their rows */
+    k->axpy_rows[w->down_t.type](w->down_t.data, w->down_t.row_bytes, rows, g, n, acc, d);
+    return n;
+}
+
+/* The CPU side: every thread computes the r x d hidden layer itself (cheaper than a barrier),
+ * then claims cold runs one at a time. */
+static void cpu_worker(void *arg, int ith, int nth) {
+    ffn_job *job = arg;
+    pi_context *c = job->c;
+    const pi_layer *L = job->L;
+    const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
+    const pi_act hq = pi_ffn_hidden(job, &w, c->pred_h + (size_t)ith * c->rank_stride,
+                                    c->pred_hq + (size_t)ith * (c->rank_stride / QK));
+    for (;;) {
+        const int r = atomic_fetch_add_explicit(&job->next_cold, 1, memory_order_relaxed);
+        if (r >= job->n_runs) break;
+        pi_ffn_run(job, &w, hq, r);
+    }
+    (void)nth;
+}
+
+void pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
+    const pi_layer *L = &c->model->layers[layer];
+    const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
+    ffn_job job = { .c = c, .L = L, .x = x, .threshold = L->threshold + c->params.sparse_threshold_shift,
+                    .layout = c->layout ? c->layout + (size_t)layer * n_ff : NULL,
+                    .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
+    const int on_device = c->device && job.hot_runs;
+    atomic_init(&job.next_cold, on_device ? job.hot_runs : 0); /* no device: the CPU takes the hot runs too */
+    if (on_device) c->device->ops->start(c->device, layer, &job);
+    pi_threadpool_run(c->pool, cpu_worker, &job, c->params.n_threads);
+    if (on_device) c->device->ops->wait(c->device);
+
+    /* the slots in run order: the same sum wherever each run was computed */
+    float *y = c->delta + (size_t)t * d;
+    memset(y, 0, (size_t)d * sizeof(float));
+    for (int r = 0; r < job.n_runs; r++)
+        if (c->run_rows[r]) {
+            c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, y, d);
+            c->stats.ffn_rows_done += c->run_rows[r];
+        }
+}

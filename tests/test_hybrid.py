@@ -1,0 +1,186 @@
+"""The hot/cold split without a GPU: the placement of device budgets, and the split and merge run
+with the host stand-in device, which must give exactly the all-CPU result.
+
+The model: ReLU-GLU with an exact predictor (fc1 = [I; -I], fc2 = [W_gate, -W_gate], threshold 0
+picks exactly the neurons whose gate fires), gate and up biases (so the layout's neuron ids
+matter), a power-law ffn_freq, and n_ff = 5 runs of neurons.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from gguf import GGUFReader, GGUFValueType
+
+from reference import dequantize_tensor
+from synthetic import rewrite_gguf, write_llama_gguf
+
+from pypowerinfer import Llama
+from pypowerinfer.model import NativeContext, NativeModel, cuda_device_count
+from pypowerinfer.placement import parse_budget
+
+RUN = 128
+N_FF = 5 * RUN
+N_LAYER = 3
+TOKENS = np.array([5, 17, 200, 3, 99, 42, 7, 128, 250, 1, 64, 33, 12, 77], dtype=np.int32)
+DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory) -> str:
+    tmp = tmp_path_factory.mktemp("hybrid")
+    plain = write_llama_gguf(tmp / "plain.gguf", weight_type="Q8_0", n_layer=N_LAYER, n_ff=N_FF,
+                             tensor_types={f"blk.{i}.ffn_down.weight": "F32" for i in range(N_LAYER)})
+    tensors = {t.name: t for t in GGUFReader(plain).tensors}
+    rng = np.random.default_rng(7)
+    extra = {}
+    for il in range(N_LAYER):
+        gate = dequantize_tensor(tensors[f"blk.{il}.ffn_gate.weight"])
+        n_embd = gate.shape[1]
+        eye = np.eye(n_embd, dtype=np.float32)
+        extra[f"blk.{il}.fc1.weight"] = np.concatenate([eye, -eye])
+        extra[f"blk.{il}.fc2.weight"] = np.concatenate([gate, -gate], axis=1)
+        extra[f"blk.{il}.ffn_down_t.weight"] = dequantize_tensor(tensors[f"blk.{il}.ffn_down.weight"]).T.copy()
+        # a few neurons fire often, most rarely, in a random order of ids
+        extra[f"blk.{il}.ffn_freq"] = rng.permutation((np.arange(N_FF) + 1.0) ** -0.8).astype(np.float32)
+        # a bias on up (firing depends on gate alone, so the oracle stays exact): the layout's
+        # neuron ids must pick the right bias entries
+        extra[f"blk.{il}.ffn_up.bias"] = rng.standard_normal(N_FF).astype(np.float32) * 0.1
+    kv = {"powerinfer.layer_thresholds": ([0.0] * N_LAYER, GGUFValueType.ARRAY, GGUFValueType.FLOAT32),
+          "powerinfer.activation": ("relu_glu", GGUFValueType.STRING, None)}
+    return rewrite_gguf(plain, tmp / "profiled.gguf", extra, kv)
+
+
+@pytest.fixture(scope="module")
+def model(profiled):
+    m = NativeModel(profiled)
+    yield m
+    m.close()
+
+
+def run(model, *, device=DEVICE_NONE, budget=0, threads=2):
+    ctx = NativeContext(model, n_ctx=32, n_batch=32, n_threads=threads, n_threads_batch=threads, logits_all=True,
+                        sparse=2, device=device, vram_budget=budget)
+    try:
+        ctx.decode(TOKENS, 0)
+        return ctx.logits[: len(TOKENS)].copy(), ctx.stats()
+    finally:
+        ctx.close()
+
+
+def freq(profiled, layer) -> np.ndarray:
+    t = {t.name: t for t in GGUFReader(profiled).tensors}[f"blk.{layer}.ffn_freq"]
+    return np.asarray(t.data, dtype=np.float32)
+
+
+def test_budget_zero_places_nothing(model):
+    plan = model.plan(0)
+    assert plan.fixed_bytes == plan.neuron_bytes == plan.hot_neurons == 0
+    assert not plan.output_on_device and not any(x.fixed_on_device for x in plan.layers)
+
+
+def test_full_budget_places_everything(model):
+    plan = model.plan(model.device_bytes())
+    assert plan.output_on_device and all(x.fixed_on_device for x in plan.layers)
+    assert [x.n_hot for x in plan.layers] == [N_FF] * N_LAYER
+    assert all(x.coverage == pytest.approx(1.0) for x in plan.layers)
+    assert plan.fixed_bytes + plan.neuron_bytes == model.device_bytes()
+
+
+@pytest.mark.parametrize("share", [0.75, 0.85, 0.95])
+def test_partial_budget_is_the_most_frequent_neurons_in_whole_runs(model, profiled, share):
+    budget = int(share * model.device_bytes())
+    plan = model.plan(budget)
+    assert plan.fixed_bytes + plan.neuron_bytes <= budget
+    assert plan.output_on_device and all(x.fixed_on_device for x in plan.layers)  # every-token weights first
+    assert 0 < plan.hot_neurons < N_LAYER * N_FF
+    per_neuron = {x.bytes // x.n_hot for x in plan.layers if x.n_hot}
+    assert len(per_neuron) == 1
+    # what is left cannot hold one more run of any layer
+    assert budget - plan.fixed_bytes - plan.neuron_bytes < RUN * per_neuron.pop()
+    for il, x in enumerate(plan.layers):
+        assert x.n_hot % RUN == 0
+        f = np.sort(freq(profiled, il))[::-1]
+        assert x.coverage == pytest.approx(f[: x.n_hot].sum() / f.sum(), rel=1e-5)
+
+
+def test_larger_budgets_cover_more(model):
+    """Once what every token reads is on the device (below that, more budget first buys fixed weights)."""
+    total = model.device_bytes()
+    plans = [model.plan(int(s * total)) for s in (0.75, 0.8, 0.85, 0.9, 0.95, 1.0)]
+    assert all(all(x.fixed_on_device for x in p.layers) for p in plans)
+    covered = [sum(x.coverage for x in p.layers) for p in plans]
+    assert covered == sorted(covered) and covered[-1] > covered[0]
+
+
+@pytest.mark.parametrize("share", [0.02, 0.1, 0.3])
+def test_small_budgets_stay_within_themselves(model, share):
+    """Below what every token reads, the fixed weights go in order as far as they fit, and what
+    is left still takes whole runs of neurons."""
+    budget = int(share * model.device_bytes())
+    plan = model.plan(budget)
+    assert plan.fixed_bytes + plan.neuron_bytes <= budget
+    assert not all(x.fixed_on_device for x in plan.layers)
+    assert all(x.n_hot % RUN == 0 for x in plan.layers)
+
+
+@pytest.mark.parametrize("share", [0.75, 0.9, 1.0])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_host_device_split_equals_the_cpu_exactly(model, share, threads):
+    budget = int(share * model.device_bytes())
+    assert model.plan(budget).hot_neurons > 0
+    cpu, cpu_stats = run(model, budget=budget, threads=threads)
+    split, split_stats = run(model, device=DEVICE_HOST, budget=budget, threads=threads)
+    np.testing.assert_array_equal(split, cpu)
+    assert split_stats == cpu_stats
+
+
+def test_layout_changes_only_the_order_of_the_sum(model):
+    """Hot neurons first in the layout regroups the down sums: float rounding, nothing more."""
+    base, base_stats = run(model)
+    split, split_stats = run(model, device=DEVICE_HOST, budget=int(0.85 * model.device_bytes()))
+    np.testing.assert_allclose(split, base, rtol=1e-4, atol=1e-4)
+    assert split_stats["ffn_rows_done"] == base_stats["ffn_rows_done"]
+
+
+def test_bad_frequencies_are_rejected(profiled, tmp_path):
+    bad = {f"blk.{il}.ffn_freq": np.full(N_FF, np.nan, dtype=np.float32) for il in range(N_LAYER)}
+    plain = write_llama_gguf(tmp_path / "p.gguf", n_layer=N_LAYER, n_ff=N_FF)
+    path = rewrite_gguf(plain, tmp_path / "bad.gguf", bad)
+    with pytest.raises(ValueError, match="ffn_freq"):
+        NativeModel(path)
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="a CUDA device is present")
+def test_cuda_device_without_a_gpu_is_a_clear_error(model):
+    with pytest.raises(NotImplementedError, match="CUDA"):
+        run(model, device=DEVICE_CUDA, budget=model.device_bytes())
+
+
+def test_llama_vram_budget(profiled):
+    kw = dict(n_ctx=32, logits_all=True, verbose=False, sparse="all")
+    with Llama(profiled, vram_budget="85%", hybrid_device="host", **kw) as a, \
+            Llama(profiled, vram_budget="85%", hybrid_device="none", **kw) as b:
+        a.eval(TOKENS.tolist())
+        b.eval(TOKENS.tolist())
+        np.testing.assert_array_equal(a.scores[: len(TOKENS)], b.scores[: len(TOKENS)])
+    if cuda_device_count() == 0:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            Llama(profiled, vram_budget="auto", **kw).close()
+        assert any("no CUDA device" in str(w.message) for w in caught)
+    with pytest.raises(ValueError, match="hybrid_device"):
+        Llama(profiled, vram_budget=1, hybrid_device="tpu", **kw)
+
+
+@pytest.mark.parametrize("text,expected", [(0, 0), (1234, 1234), ("1234", 1234), ("2k", 2048), ("1.5M", 1572864),
+                                           ("1G", 1 << 30), ("25%", 250), ("100%", 1000)])
+def test_parse_budget(text, expected):
+    assert parse_budget(text, 1000) == expected
+
+
+@pytest.mark.parametrize("text", ["-1", "lots", "150%", "-5%", True])
+def test_parse_budget_rejects(text):
+    with pytest.raises(ValueError):
+        parse_budget(text, 1000)
