@@ -45,13 +45,15 @@ def heldout_chunks(path: str, n_chunks: int, n_ctx: int = 256) -> list[np.ndarra
     return corpus.chunk(ids, n_ctx, bos)[:n_chunks]
 
 
-def decode_speed(path: str, tokens: np.ndarray, *, sparse: int, shift: float, threads: int) -> dict:
-    """Tokens/s of one-token steps after a PROMPT-token prompt, teacher-forced on `tokens`."""
+def decode_speed(path: str, tokens: np.ndarray, *, sparse: int, shift: float = 0.0, threads: int,
+                 **context) -> dict:
+    """Tokens/s of one-token steps after a PROMPT-token prompt, teacher-forced on `tokens`;
+    `context`: more NativeContext options (device, vram_budget)."""
     from pypowerinfer.model import NativeContext, NativeModel
 
     model = NativeModel(path)
     ctx = NativeContext(model, n_ctx=len(tokens), n_batch=PROMPT, n_threads=threads, n_threads_batch=threads,
-                        logits_all=False, sparse=sparse, sparse_threshold_shift=shift)
+                        logits_all=False, sparse=sparse, sparse_threshold_shift=shift, **context)
     try:
         ctx.decode(tokens[:PROMPT], 0)
         ctx.reset_stats()

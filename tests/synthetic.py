@@ -417,3 +417,32 @@ def corrupt_variants(good_path, out_dir, **write_kwargs) -> list[tuple[str, str]
         out.append((name, write_llama_gguf(path, **{**write_kwargs, **overrides})))
     return out
 
+
+
+def write_profiled_relu_gguf(folder, weight_type: str, *, n_layer: int = 3, n_ff: int = 640, seed: int = 7) -> str:
+    """A ReLU-GLU model as convert/add_profile.py would leave it, with an exact predictor:
+    fc1 = [I; -I] and fc2 = [W_gate, -W_gate] give logits = W_gate x, so threshold 0 picks
+    exactly the neurons whose gate fires. Also ffn_down_t (F32, from F32 ffn_down), a power-law
+    ffn_freq over a random order of ids, and an up bias (firing depends on gate alone, so the
+    oracle stays exact; a layout must still pick the right bias entries)."""
+    from gguf import GGUFReader
+
+    from reference import dequantize_tensor
+
+    folder = Path(folder)
+    plain = write_llama_gguf(folder / f"plain-{weight_type}.gguf", weight_type=weight_type, n_layer=n_layer,
+                             n_ff=n_ff, tensor_types={f"blk.{i}.ffn_down.weight": "F32" for i in range(n_layer)})
+    tensors = {t.name: t for t in GGUFReader(plain).tensors}
+    rng = np.random.default_rng(seed)
+    extra = {}
+    for il in range(n_layer):
+        gate = dequantize_tensor(tensors[f"blk.{il}.ffn_gate.weight"])
+        eye = np.eye(gate.shape[1], dtype=np.float32)
+        extra[f"blk.{il}.fc1.weight"] = np.concatenate([eye, -eye])
+        extra[f"blk.{il}.fc2.weight"] = np.concatenate([gate, -gate], axis=1)
+        extra[f"blk.{il}.ffn_down_t.weight"] = dequantize_tensor(tensors[f"blk.{il}.ffn_down.weight"]).T.copy()
+        extra[f"blk.{il}.ffn_freq"] = rng.permutation((np.arange(n_ff) + 1.0) ** -0.8).astype(np.float32)
+        extra[f"blk.{il}.ffn_up.bias"] = rng.standard_normal(n_ff).astype(np.float32) * 0.1
+    kv = {"powerinfer.layer_thresholds": ([0.0] * n_layer, GGUFValueType.ARRAY, GGUFValueType.FLOAT32),
+          "powerinfer.activation": ("relu_glu", GGUFValueType.STRING, None)}
+    return rewrite_gguf(plain, folder / f"profiled-{weight_type}.gguf", extra, kv)

@@ -1,9 +1,6 @@
 """The hot/cold split without a GPU: the placement of device budgets, and the split and merge run
-with the host stand-in device, which must give exactly the all-CPU result.
-
-The model: ReLU-GLU with an exact predictor (fc1 = [I; -I], fc2 = [W_gate, -W_gate], threshold 0
-picks exactly the neurons whose gate fires), gate and up biases (so the layout's neuron ids
-matter), a power-law ffn_freq, and n_ff = 5 runs of neurons.
+with the host stand-in device, which must give exactly the all-CPU result. The model is
+synthetic.write_profiled_relu_gguf's, with n_ff = 5 runs of neurons.
 """
 from __future__ import annotations
 
@@ -11,10 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFValueType
+from gguf import GGUFReader
 
 from reference import dequantize_tensor
-from synthetic import rewrite_gguf, write_llama_gguf
+from synthetic import rewrite_gguf, write_llama_gguf, write_profiled_relu_gguf
 
 from pypowerinfer import Llama
 from pypowerinfer.model import NativeContext, NativeModel, cuda_device_count
@@ -29,27 +26,7 @@ DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory) -> str:
-    tmp = tmp_path_factory.mktemp("hybrid")
-    plain = write_llama_gguf(tmp / "plain.gguf", weight_type="Q8_0", n_layer=N_LAYER, n_ff=N_FF,
-                             tensor_types={f"blk.{i}.ffn_down.weight": "F32" for i in range(N_LAYER)})
-    tensors = {t.name: t for t in GGUFReader(plain).tensors}
-    rng = np.random.default_rng(7)
-    extra = {}
-    for il in range(N_LAYER):
-        gate = dequantize_tensor(tensors[f"blk.{il}.ffn_gate.weight"])
-        n_embd = gate.shape[1]
-        eye = np.eye(n_embd, dtype=np.float32)
-        extra[f"blk.{il}.fc1.weight"] = np.concatenate([eye, -eye])
-        extra[f"blk.{il}.fc2.weight"] = np.concatenate([gate, -gate], axis=1)
-        extra[f"blk.{il}.ffn_down_t.weight"] = dequantize_tensor(tensors[f"blk.{il}.ffn_down.weight"]).T.copy()
-        # a few neurons fire often, most rarely, in a random order of ids
-        extra[f"blk.{il}.ffn_freq"] = rng.permutation((np.arange(N_FF) + 1.0) ** -0.8).astype(np.float32)
-        # a bias on up (firing depends on gate alone, so the oracle stays exact): the layout's
-        # neuron ids must pick the right bias entries
-        extra[f"blk.{il}.ffn_up.bias"] = rng.standard_normal(N_FF).astype(np.float32) * 0.1
-    kv = {"powerinfer.layer_thresholds": ([0.0] * N_LAYER, GGUFValueType.ARRAY, GGUFValueType.FLOAT32),
-          "powerinfer.activation": ("relu_glu", GGUFValueType.STRING, None)}
-    return rewrite_gguf(plain, tmp / "profiled.gguf", extra, kv)
+    return write_profiled_relu_gguf(tmp_path_factory.mktemp("hybrid"), "Q8_0", n_layer=N_LAYER, n_ff=N_FF)
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +161,19 @@ def test_parse_budget(text, expected):
 def test_parse_budget_rejects(text):
     with pytest.raises(ValueError):
         parse_budget(text, 1000)
+
+
+def test_gpu_check_script_is_ready(profiled, tmp_path):
+    """bench/gpu_check.sh runs only where a GPU is lent; here its shell parses and its benchmark
+    step runs with the host stand-in in place of CUDA."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(["bash", "-n", str(root / "bench" / "gpu_check.sh")], check=True)
+    out = tmp_path / "hybrid.md"
+    subprocess.run([sys.executable, str(root / "bench" / "hybrid.py"), profiled, "--device", "host", "--budgets",
+                    "80,100", "--decode", "4", "-t", "1", "--markdown", str(out)], check=True, capture_output=True)
+    table = out.read_text()
+    assert "| dense, CPU |" in table and "hybrid (host), 80% budget" in table and "hybrid (host), 100% budget" in table

@@ -69,10 +69,7 @@ static double total_bytes(const buffer_sizes *s) {
 static int start_split(pi_context *c) {
     const pi_model *m = c->model;
     const int n_layer = m->info.n_layer, n_ff = m->info.n_ff;
-    if (c->params.device == PI_DEVICE_CUDA)
-        return pi_set_error(PI_ERR_UNSUPPORTED, "the CUDA side of the hybrid split is not implemented yet "
-                                                "(this build: %s); use no device or the host stand-in", pi_build_info());
-    if (c->params.device != PI_DEVICE_NONE && c->params.device != PI_DEVICE_HOST)
+    if (c->params.device < PI_DEVICE_NONE || c->params.device > PI_DEVICE_CUDA)
         return pi_set_error(PI_ERR_ARG, "unknown device %d", c->params.device);
     if (!m->has_predictors || c->params.vram_budget == 0) return PI_OK;
     pi_layer_placement *plan = malloc((size_t)n_layer * sizeof *plan);
@@ -102,7 +99,7 @@ static int start_split(pi_context *c) {
     free(plan);
     free(hot);
     if (!any || c->params.device == PI_DEVICE_NONE) return PI_OK;
-    return pi_device_host_new(c, &c->device);
+    return c->params.device == PI_DEVICE_HOST ? pi_device_host_new(c, &c->device) : pi_device_cuda_new(c, &c->device);
 }
 
 PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {

@@ -8,6 +8,7 @@
 #include "device.h"
 #include "ffn_sparse.h"
 #include "placement.h"
+#include "status.h"
 
 /* the weight row of position p */
 static int32_t row_of(const ffn_rows *w, int p) { return w->rows ? w->rows[p] : p; }
@@ -83,7 +84,7 @@ static void cpu_worker(void *arg, int ith, int nth) {
     (void)nth;
 }
 
-void pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
+int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
     const pi_layer *L = &c->model->layers[layer];
     const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
     ffn_job job = { .c = c, .L = L, .x = x, .threshold = L->threshold + c->params.sparse_threshold_shift,
@@ -91,9 +92,10 @@ void pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
                     .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
     const int on_device = c->device && job.hot_runs;
     atomic_init(&job.next_cold, on_device ? job.hot_runs : 0); /* no device: the CPU takes the hot runs too */
-    if (on_device) c->device->ops->start(c->device, layer, &job);
+    int rc = on_device ? c->device->ops->start(c->device, layer, &job) : PI_OK;
+    if (rc) return rc;
     pi_threadpool_run(c->pool, cpu_worker, &job, c->params.n_threads);
-    if (on_device) c->device->ops->wait(c->device);
+    if (on_device && (rc = c->device->ops->wait(c->device))) return rc;
 
     /* the slots in run order: the same sum wherever each run was computed */
     float *y = c->delta + (size_t)t * d;
@@ -103,4 +105,5 @@ void pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
             c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, y, d);
             c->stats.ffn_rows_done += c->run_rows[r];
         }
+    return PI_OK;
 }

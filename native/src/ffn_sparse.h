@@ -37,8 +37,9 @@ pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, float *h, block_q8x 
  * activation, and the sum of their down rows into the run's slot. Returns the neurons computed. */
 int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r);
 
-/* delta[t] = FFN(xn[t]) through the predictors, on the CPU and the context's device */
-void pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x);
+/* delta[t] = FFN(xn[t]) through the predictors, on the CPU and the context's device: PI_OK, or
+ * the device's error status */
+int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x);
 
 /* the forward pass's own steps, shared with this file */
 pi_act pi_quantize(const pi_kernels *k, const float *x, block_q8x *q, int n, int d);

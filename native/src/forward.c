@@ -320,7 +320,8 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         if (use_sparse(c, L, n)) {
             for (int t = 0; t < n; t++) {
                 pi_act at = { a.f + (size_t)t * d, a.q ? a.q + (size_t)t * (d / QK) : NULL, d };
-                pi_ffn_sparse(c, il, t, at);
+                const int rc = pi_ffn_sparse(c, il, t, at);
+                if (rc) return rc;
             }
         } else {
             ffn_dense(c, L, il, n, a);

@@ -1,0 +1,71 @@
+"""Decode speed of the hot/cold split at several device budgets, against the all-CPU runs.
+
+    python bench/hybrid.py MODEL.powerinfer.gguf [--budgets 25,50,100] [--device cuda|host]
+                           [--decode 64] [-t THREADS] [--markdown OUT.md]
+
+Rows: dense on the CPU; sparse on the CPU; then per budget (a share of the bytes a token reads,
+pi_model_device_bytes) the split with --device computing the hot neurons, with the share of
+activations the hot neurons serve. Layer offload (n_gpu_layers) would be the baseline at equal
+budget; it is not implemented yet, and its column says so. Text: the held-out split of
+pydoc_data.topics for real models; any token ids do for synthetic ones.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
+
+from bench.perplexity import PROMPT, decode_speed, heldout_chunks  # noqa: E402
+
+DEVICES = {"none": 0, "host": 1, "cuda": 2}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--budgets", default="25,50,100", help="device budgets, percent of the model's device bytes")
+    ap.add_argument("--device", choices=["cuda", "host"], default="cuda")
+    ap.add_argument("--decode", type=int, default=64, help="one-token steps per measurement")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--markdown", type=Path, help="also write the table here")
+    args = ap.parse_args(argv)
+
+    from pypowerinfer.model import NativeModel
+
+    model = NativeModel(args.model)
+    total = model.device_bytes()
+    plans = {b: model.plan(int(float(b) / 100 * total)) for b in args.budgets.split(",") if b}
+    model.close()
+    tokens = np.concatenate(heldout_chunks(args.model, 1 + (PROMPT + args.decode) // 256))[:PROMPT + args.decode]
+
+    rows = [("dense, CPU", "-", "-", decode_speed(args.model, tokens, sparse=0, threads=args.threads)),
+            ("sparse, CPU", "-", "-", decode_speed(args.model, tokens, sparse=1, threads=args.threads))]
+    for b, plan in plans.items():
+        speed = decode_speed(args.model, tokens, sparse=1, threads=args.threads, device=DEVICES[args.device],
+                             vram_budget=plan.budget)
+        covered = sum(x.coverage for x in plan.layers) / max(len(plan.layers), 1)
+        rows.append((f"hybrid ({args.device}), {b}% budget", f"{plan.budget / 2**20:.1f} MiB", f"{100 * covered:.1f}%",
+                     speed))
+    base = rows[0][3]["decode_tok_s"]
+    lines = [f"{Path(args.model).name}: {total / 2**20:.1f} MiB a token reads, {args.threads} CPU threads, "
+             f"{args.decode} decode steps",
+             "", "| setting | device budget | activations on device | decode tok/s | vs dense CPU | layer offload |",
+             "|---|---|---|---|---|---|"]
+    for name, budget, covered, speed in rows:
+        lines.append(f"| {name} | {budget} | {covered} | {speed['decode_tok_s']:.1f} | "
+                     f"{speed['decode_tok_s'] / base:.2f}x | {'not implemented' if budget != '-' else '-'} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

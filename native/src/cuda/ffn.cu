@@ -1,0 +1,295 @@
+// ffn.cu - the hot neurons' FFN on a CUDA device (ffn_cuda.h).
+//
+// Weights stay in their GGUF block formats in device memory and are decoded as they are read;
+// the FFN input stays float. One warp computes one row's dot product, its lanes taking whole
+// 32-weight blocks; the down sums give one thread per output dimension and run.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/ffn_cuda.h"
+#include "quants.h"
+
+enum { ACT_SILU_GLU = 0, ACT_RELU_GLU = 1, ACT_RELU_RELU_GLU = 2 };
+enum { WARPS_PER_BLOCK = 8, DOWN_THREADS = 256 };
+
+struct dev_weight {
+    uint32_t type;
+    int64_t n_in, n_rows;
+    size_t row_bytes;
+    uint8_t *data;
+};
+
+struct dev_layer {
+    int32_t n_hot, rank, hot_runs;
+    dev_weight fc1, fc2, gate, up, down_t;
+    float *gate_b, *up_b;
+};
+
+struct pi_cuda_ffn {
+    int n_layer, n_embd, act, run, max_rank, max_hot, pending_runs;
+    dev_layer *layers;
+    cudaStream_t stream;
+    cudaEvent_t done;
+    float *x, *h, *a, *partial; // device: input, hidden, activations [max_hot], run sums [max_runs][n_embd]
+    int32_t *rows;              // device: neurons computed per run
+    float *host_x, *host_partial; // pinned
+    int32_t *host_rows;
+};
+
+static int fail(cudaError_t e, const char *what, char *err, size_t len) {
+    snprintf(err, len, "CUDA: %s: %s", what, cudaGetErrorString(e));
+    cudaGetLastError();
+    return -1;
+}
+
+#define TRY(call, what)                                             \
+    do {                                                            \
+        cudaError_t e_ = (call);                                    \
+        if (e_ != cudaSuccess) return fail(e_, what, err, err_len); \
+    } while (0)
+
+// ---- decoding ----
+
+__device__ inline float f16(const uint8_t *p) { return __half2float(__ushort_as_half((uint16_t)(p[0] | p[1] << 8))); }
+
+__device__ inline uint32_t u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// weight j (0..31) of a block: its integer and the block's scale and offset, w = d * q + m
+__device__ inline float block_weight(uint32_t type, const uint8_t *b, int j) {
+    const int lo = j < 16, k = j & 15;
+    switch (type) {
+    case PI_TYPE_Q4_0: return f16(b) * (float)((lo ? b[2 + k] & 15 : b[2 + k] >> 4) - 8);
+    case PI_TYPE_Q4_1: return f16(b) * (float)(lo ? b[4 + k] & 15 : b[4 + k] >> 4) + f16(b + 2);
+    case PI_TYPE_Q5_0: {
+        const int q = (lo ? b[6 + k] & 15 : b[6 + k] >> 4) | (int)((u32(b + 2) >> j) & 1) << 4;
+        return f16(b) * (float)(q - 16);
+    }
+    case PI_TYPE_Q5_1: {
+        const int q = (lo ? b[8 + k] & 15 : b[8 + k] >> 4) | (int)((u32(b + 4) >> j) & 1) << 4;
+        return f16(b) * (float)q + f16(b + 2);
+    }
+    case PI_TYPE_Q8_0: return f16(b) * (float)(int8_t)b[2 + j];
+    default: return 0.0f;
+    }
+}
+
+__device__ inline size_t block_bytes(uint32_t type) {
+    switch (type) {
+    case PI_TYPE_Q4_0: return sizeof(block_q4_0);
+    case PI_TYPE_Q4_1: return sizeof(block_q4_1);
+    case PI_TYPE_Q5_0: return sizeof(block_q5_0);
+    case PI_TYPE_Q5_1: return sizeof(block_q5_1);
+    default: return sizeof(block_q8_0);
+    }
+}
+
+__device__ inline int is_float(uint32_t type) { return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
+
+// element i of a row
+__device__ inline float row_weight(const dev_weight &w, const uint8_t *row, int i) {
+    switch (w.type) {
+    case PI_TYPE_F32: return reinterpret_cast<const float *>(row)[i];
+    case PI_TYPE_F16: return f16(row + 2 * i);
+    case PI_TYPE_BF16: return __uint_as_float((uint32_t)(row[2 * i] | row[2 * i + 1] << 8) << 16);
+    default: return block_weight(w.type, row + (size_t)(i / 32) * block_bytes(w.type), i % 32);
+    }
+}
+
+// dot(row r, x) over the warp; every lane returns the sum
+__device__ float warp_dot(const dev_weight &w, int64_t r, const float *x) {
+    const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+    const int lane = threadIdx.x % 32, n = (int)w.n_in;
+    float s = 0.0f;
+    if (is_float(w.type)) {
+        for (int i = lane; i < n; i += 32) s += row_weight(w, row, i) * x[i];
+    } else {
+        const size_t bb = block_bytes(w.type);
+        for (int b = lane; b < n / 32; b += 32)
+            for (int j = 0; j < 32; j++) s += block_weight(w.type, row + b * bb, j) * x[b * 32 + j];
+    }
+    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+    return s;
+}
+
+// ---- kernels ----
+
+// h = relu(fc1 x)
+__global__ void k_hidden(dev_weight fc1, const float *x, float *h) {
+    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    if (r >= fc1.n_rows) return;
+    const float v = warp_dot(fc1, r, x);
+    if (threadIdx.x % 32 == 0) h[r] = v > 0.0f ? v : 0.0f;
+}
+
+// per hot position: the logit; over the threshold, gate, up and the activation into a, else 0
+__global__ void k_select(dev_layer L, const float *x, const float *h, float threshold, int act, int run, float *a,
+                         int32_t *rows) {
+    const int p = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    if (p >= L.n_hot) return;
+    const int lane0 = threadIdx.x % 32 == 0;
+    if (warp_dot(L.fc2, p, h) < threshold) { // the same value on every lane: a warp-uniform branch
+        if (lane0) a[p] = 0.0f;
+        return;
+    }
+    float g = warp_dot(L.gate, p, x), u = warp_dot(L.up, p, x);
+    if (!lane0) return;
+    if (L.gate_b) g += L.gate_b[p];
+    if (L.up_b) u += L.up_b[p];
+    float v;
+    switch (act) {
+    case ACT_RELU_GLU: v = (g > 0.0f ? g : 0.0f) * u; break;
+    case ACT_RELU_RELU_GLU: v = (g > 0.0f ? g : 0.0f) * (u > 0.0f ? u : 0.0f); break;
+    default: v = g / (1.0f + expf(-g)) * u;
+    }
+    a[p] = v;
+    atomicAdd(&rows[p / run], 1);
+}
+
+// partial[r][j] = sum over run r's positions p of a[p] * down_t[p][j]
+__global__ void k_down(dev_weight down_t, const float *a, int n_hot, int run, int n_embd, float *partial) {
+    const int r = blockIdx.x, j = blockIdx.y * DOWN_THREADS + threadIdx.x;
+    if (j >= n_embd) return;
+    const int p0 = r * run, p1 = p0 + run < n_hot ? p0 + run : n_hot;
+    float s = 0.0f;
+    for (int p = p0; p < p1; p++) {
+        const float ap = a[p];
+        if (ap != 0.0f) s += ap * row_weight(down_t, down_t.data + (size_t)p * down_t.row_bytes, j);
+    }
+    partial[(size_t)r * n_embd + j] = s;
+}
+
+// ---- host side ----
+
+static int upload(dev_weight *d, const pi_cuda_weight *w, char *err, size_t err_len) {
+    d->type = w->type;
+    d->n_in = w->n_in;
+    d->n_rows = w->n_rows;
+    d->row_bytes = w->row_bytes;
+    const size_t bytes = (size_t)w->n_rows * w->row_bytes;
+    TRY(cudaMalloc(&d->data, bytes ? bytes : 1), "allocating weights");
+    TRY(cudaMemcpy(d->data, w->host, bytes, cudaMemcpyHostToDevice), "uploading weights");
+    return 0;
+}
+
+static int upload_floats(float **d, const float *host, int n, char *err, size_t err_len) {
+    *d = nullptr;
+    if (!host) return 0;
+    TRY(cudaMalloc(d, (size_t)n * sizeof(float)), "allocating biases");
+    TRY(cudaMemcpy(*d, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice), "uploading biases");
+    return 0;
+}
+
+static int supported(uint32_t t) {
+    return t == PI_TYPE_F32 || t == PI_TYPE_F16 || t == PI_TYPE_BF16 || t == PI_TYPE_Q4_0 || t == PI_TYPE_Q4_1 ||
+           t == PI_TYPE_Q5_0 || t == PI_TYPE_Q5_1 || t == PI_TYPE_Q8_0;
+}
+
+extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const pi_cuda_layer *layers,
+                               pi_cuda_ffn **out, char *err, size_t err_len) {
+    *out = nullptr;
+    pi_cuda_ffn *f = (pi_cuda_ffn *)calloc(1, sizeof *f);
+    if (!f) return snprintf(err, err_len, "no memory for the CUDA FFN"), -1;
+    f->n_layer = n_layer;
+    f->n_embd = n_embd;
+    f->act = act;
+    f->run = run;
+    f->layers = (dev_layer *)calloc((size_t)n_layer, sizeof *f->layers);
+    *out = f; // from here pi_cuda_ffn_free releases whatever was made
+    if (!f->layers) return snprintf(err, err_len, "no memory for the CUDA FFN"), -1;
+    TRY(cudaSetDevice(0), "selecting device 0");
+    TRY(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking), "creating a stream");
+    TRY(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "creating an event");
+    for (int il = 0; il < n_layer; il++) {
+        const pi_cuda_layer *src = &layers[il];
+        dev_layer *L = &f->layers[il];
+        L->n_hot = src->n_hot;
+        if (!L->n_hot) continue;
+        const pi_cuda_weight *ws[5] = { &src->fc1, &src->fc2, &src->gate, &src->up, &src->down_t };
+        for (const pi_cuda_weight *w : ws)
+            if (!supported(w->type) || (!(w->type == PI_TYPE_F32 || w->type == PI_TYPE_F16 || w->type == PI_TYPE_BF16) && w->n_in % 32))
+                return snprintf(err, err_len, "CUDA: layer %d: weight type %u is not supported on the device", il,
+                                w->type), -1;
+        L->rank = (int32_t)src->fc1.n_rows;
+        L->hot_runs = (L->n_hot + run - 1) / run;
+        if (upload(&L->fc1, &src->fc1, err, err_len) || upload(&L->fc2, &src->fc2, err, err_len) ||
+            upload(&L->gate, &src->gate, err, err_len) || upload(&L->up, &src->up, err, err_len) ||
+            upload(&L->down_t, &src->down_t, err, err_len) || upload_floats(&L->gate_b, src->gate_b, L->n_hot, err, err_len) ||
+            upload_floats(&L->up_b, src->up_b, L->n_hot, err, err_len))
+            return -1;
+        if (L->rank > f->max_rank) f->max_rank = L->rank;
+        if (L->n_hot > f->max_hot) f->max_hot = L->n_hot;
+    }
+    const int max_runs = (f->max_hot + run - 1) / run;
+    TRY(cudaMalloc(&f->x, (size_t)n_embd * sizeof(float)), "allocating the input");
+    TRY(cudaMalloc(&f->h, (size_t)(f->max_rank + 1) * sizeof(float)), "allocating the hidden layer");
+    TRY(cudaMalloc(&f->a, (size_t)(f->max_hot + 1) * sizeof(float)), "allocating activations");
+    TRY(cudaMalloc(&f->partial, ((size_t)max_runs * n_embd + 1) * sizeof(float)), "allocating run sums");
+    TRY(cudaMalloc(&f->rows, ((size_t)max_runs + 1) * sizeof(int32_t)), "allocating run counts");
+    TRY(cudaMallocHost(&f->host_x, (size_t)n_embd * sizeof(float)), "pinning the input");
+    TRY(cudaMallocHost(&f->host_partial, ((size_t)max_runs * n_embd + 1) * sizeof(float)), "pinning run sums");
+    TRY(cudaMallocHost(&f->host_rows, ((size_t)max_runs + 1) * sizeof(int32_t)), "pinning run counts");
+    return 0;
+}
+
+extern "C" int pi_cuda_ffn_start(pi_cuda_ffn *f, int layer, const float *x, float threshold, char *err,
+                                 size_t err_len) {
+    const dev_layer *L = &f->layers[layer];
+    f->pending_runs = L->hot_runs;
+    if (!L->hot_runs) return 0;
+    const int threads = WARPS_PER_BLOCK * 32;
+    memcpy(f->host_x, x, (size_t)f->n_embd * sizeof(float));
+    TRY(cudaMemcpyAsync(f->x, f->host_x, (size_t)f->n_embd * sizeof(float), cudaMemcpyHostToDevice, f->stream),
+        "copying the input");
+    TRY(cudaMemsetAsync(f->rows, 0, (size_t)L->hot_runs * sizeof(int32_t), f->stream), "clearing run counts");
+    k_hidden<<<(L->rank + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, 0, f->stream>>>(L->fc1, f->x, f->h);
+    k_select<<<(L->n_hot + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, 0, f->stream>>>(
+        *L, f->x, f->h, threshold, f->act, f->run, f->a, f->rows);
+    const dim3 grid((unsigned)L->hot_runs, (unsigned)((f->n_embd + DOWN_THREADS - 1) / DOWN_THREADS));
+    k_down<<<grid, DOWN_THREADS, 0, f->stream>>>(L->down_t, f->a, L->n_hot, f->run, f->n_embd, f->partial);
+    TRY(cudaGetLastError(), "launching the FFN kernels");
+    TRY(cudaMemcpyAsync(f->host_partial, f->partial, (size_t)L->hot_runs * f->n_embd * sizeof(float),
+                        cudaMemcpyDeviceToHost, f->stream), "copying run sums back");
+    TRY(cudaMemcpyAsync(f->host_rows, f->rows, (size_t)L->hot_runs * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                        f->stream), "copying run counts back");
+    TRY(cudaEventRecord(f->done, f->stream), "recording the event");
+    return 0;
+}
+
+extern "C" int pi_cuda_ffn_wait(pi_cuda_ffn *f, float *run_acc, int32_t *run_rows, char *err, size_t err_len) {
+    if (!f->pending_runs) return 0;
+    TRY(cudaEventSynchronize(f->done), "running the FFN kernels");
+    memcpy(run_acc, f->host_partial, (size_t)f->pending_runs * f->n_embd * sizeof(float));
+    memcpy(run_rows, f->host_rows, (size_t)f->pending_runs * sizeof(int32_t));
+    f->pending_runs = 0;
+    return 0;
+}
+
+extern "C" void pi_cuda_ffn_free(pi_cuda_ffn *f) {
+    if (!f) return;
+    for (int il = 0; f->layers && il < f->n_layer; il++) {
+        dev_layer *L = &f->layers[il];
+        uint8_t *blocks[5] = { L->fc1.data, L->fc2.data, L->gate.data, L->up.data, L->down_t.data };
+        for (uint8_t *p : blocks) cudaFree(p);
+        cudaFree(L->gate_b);
+        cudaFree(L->up_b);
+    }
+    free(f->layers);
+    cudaFree(f->x);
+    cudaFree(f->h);
+    cudaFree(f->a);
+    cudaFree(f->partial);
+    cudaFree(f->rows);
+    cudaFreeHost(f->host_x);
+    cudaFreeHost(f->host_partial);
+    cudaFreeHost(f->host_rows);
+    if (f->done) cudaEventDestroy(f->done);
+    if (f->stream) cudaStreamDestroy(f->stream);
+    cudaGetLastError();
+    free(f);
+}
