@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .chat import FORMATS, TemplateFormat, chunks_to_chat, completion_to_chat
 from .completion import CompletionRequest, run_completion
 from ._ffi import lib
 from .model import NativeContext, NativeModel, cuda_device_count
@@ -319,6 +320,77 @@ class Llama:
 
     def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any):
         return self.create_completion(prompt, *args, **kwargs)
+
+    # ---- chat ----
+    def _chat_templates(self) -> Dict[str, str]:
+        """Jinja2 templates in the metadata: "chat_template.default" and "chat_template.<name>"."""
+        out = {k[len("tokenizer."):]: v for k, v in self.metadata.items() if k.startswith("tokenizer.chat_template.")}
+        if "tokenizer.chat_template" in self.metadata:
+            out["chat_template.default"] = self.metadata["tokenizer.chat_template"]
+        return out
+
+    def _chat_format(self):
+        """The formatter of chat_format: a built-in name or a template of the metadata; without a
+        chat_format, the model's own template, else llama-2 (llama-cpp-python's fallback)."""
+        templates = self._chat_templates()
+        name = self.chat_format or ("chat_template.default" if "chat_template.default" in templates else "llama-2")
+        if name in FORMATS:
+            return FORMATS[name]
+        if name in templates:
+            tok = self.tokenizer_
+            text = lambda i: tok.token_text(i) if i >= 0 else ""  # noqa: E731
+            eos = tok.eos_id if tok.eos_id >= 0 else None
+            return TemplateFormat(templates[name], bos_token=text(tok.bos_id), eos_token=text(tok.eos_id), eos_id=eos)
+        raise ValueError(f"unknown chat_format {name!r}: built-in formats are {', '.join(sorted(FORMATS))}"
+                         + (f"; the model has {', '.join(sorted(templates))}" if templates else ""))
+
+    def create_chat_completion(self, messages: List[Dict[str, Any]], functions: Optional[List[dict]] = None,
+                               function_call=None, tools: Optional[List[dict]] = None, tool_choice=None,
+                               temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
+                               typical_p: float = 1.0, stream: bool = False,
+                               stop: Optional[Union[str, List[str]]] = [], seed: Optional[int] = None,
+                               response_format: Optional[dict] = None, max_tokens: Optional[int] = None,
+                               presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                               repeat_penalty: float = 1.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                               mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
+                               logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
+                               logit_bias: Optional[Dict[int, float]] = None, logprobs: Optional[bool] = None,
+                               top_logprobs: Optional[int] = None):
+        """A chat completion of `messages` (a dict, or chat.completion.chunk dicts with stream=True)."""
+        if response_format is not None and response_format.get("type") != "text":
+            raise NotImplementedError("response_format needs grammar-constrained sampling, which pypowerinfer "
+                                      "does not have yet ([drop-in] issue)")
+        if isinstance(tool_choice, dict) or isinstance(function_call, dict):
+            raise NotImplementedError("forcing a tool call needs grammar-constrained sampling, which pypowerinfer "
+                                      "does not have yet ([drop-in] issue)")
+        if functions is not None and tools is None:  # the legacy form, as tools for the template
+            tools = [{"type": "function", "function": f} for f in functions]
+        chat = self._chat_format()(messages=messages, functions=functions, function_call=function_call,
+                                   tools=tools, tool_choice=tool_choice)
+        prompt = self.tokenize(chat.prompt.encode("utf-8"), add_bos=not chat.added_special, special=True)
+        stops = ([stop] if isinstance(stop, str) else list(stop or [])) + chat.stop
+        criteria = None
+        if chat.stop_token_ids:
+            ends = frozenset(chat.stop_token_ids)
+            criteria = StoppingCriteriaList([lambda ids, logits: int(ids[-1]) in ends])
+        out = self.create_completion(
+            prompt=prompt, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
+            logprobs=top_logprobs if logprobs else None, stream=stream, stop=stops, seed=seed,
+            max_tokens=max_tokens, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta, model=model, logits_processor=logits_processor, stopping_criteria=criteria,
+            grammar=grammar, logit_bias=logit_bias)
+        return chunks_to_chat(out) if stream else completion_to_chat(out)
+
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any):
+        """create_chat_completion as the `openai` package's ChatCompletion / ChatCompletionChunk objects."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError:
+            raise ImportError("create_chat_completion_openai_v1 needs the openai package: pip install openai") from None
+        if kwargs.get("stream", False):
+            return (ChatCompletionChunk(**chunk) for chunk in self.create_chat_completion(*args, **kwargs))
+        return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
 
     @staticmethod
     def logits_to_logprobs(logits, axis: int = -1) -> np.ndarray:

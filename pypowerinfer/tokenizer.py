@@ -746,6 +746,7 @@ class Tokenizer:
             raise ValueError(f"{_PREFIX}tokens holds {len(tokens) - len(index)} duplicate token texts")
         setup = _setup_model(meta, tokens, index)
         self._model = setup.model
+        self._texts = tokens
         self.n_vocab = len(tokens)
         newline = self._model.newline_id()  # llama.cpp's fallback, the pad id, is not read yet here
         self.nl_id = TOKEN_NULL if newline is None else newline
@@ -829,6 +830,11 @@ class Tokenizer:
         return fragments
 
     # -- decoding ---------------------------------------------------------------------------
+
+    def token_text(self, token: int) -> str:
+        """The token's text as the vocabulary stores it (llama.cpp's llama_token_get_text)."""
+        self._check(token)
+        return self._texts[token]
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
         """The bytes of one token, as llama_token_to_piece(..., lstrip=0, special)."""
