@@ -144,6 +144,9 @@ def run_completion(llm: "Llama", req: CompletionRequest) -> Iterator[dict]:
             if len(completion) >= req.max_tokens:
                 break
 
+    if llm.cache is not None:
+        llm.cache[list(prompt_tokens) + completion] = llm.save_state()
+
     if req.stream:
         if len(text) > emitted:
             piece = text[emitted:].decode("utf-8", errors="ignore")

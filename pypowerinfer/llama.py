@@ -20,6 +20,7 @@ from .completion import CompletionRequest, run_completion
 from ._ffi import lib
 from .model import NativeContext, NativeModel, cuda_device_count
 from .placement import parse_budget
+from .state import BaseLlamaCache, LlamaState, longest_token_prefix
 from .sampling import (LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
                        logits_to_logprobs)
 from .tokenizer import Tokenizer
@@ -188,8 +189,45 @@ class Llama:
     def set_seed(self, seed: int) -> None:
         self._seed = seed
 
-    def set_cache(self, cache) -> None:
+    def set_cache(self, cache: Optional[BaseLlamaCache]) -> None:
         self.cache = cache
+
+    def _load_cached_prefix(self, prompt_tokens: List[int]) -> None:
+        """With a cache: resume from its state sharing the longest prefix with the prompt, when
+        that prefix is longer than what the context already holds."""
+        if self.cache is None:
+            return
+        try:
+            item = self.cache[prompt_tokens]
+        except KeyError:
+            return
+        cached = longest_token_prefix(item.input_ids[: item.n_tokens].tolist(), prompt_tokens)
+        if cached > longest_token_prefix(self._input_ids.tolist(), prompt_tokens):
+            self.load_state(item)
+
+    def save_state(self) -> LlamaState:
+        """The sequence so far: KV cache, token ids, logits rows in use and seed."""
+        ctx = self._require_ctx()
+        with self._lock:
+            blob = ctx.get_state()
+            rows = self.scores[: self.n_tokens] if self._logits_all else self.scores
+            return LlamaState(input_ids=self.input_ids.copy(), scores=np.array(rows, copy=True), n_tokens=self.n_tokens,
+                              llama_state=blob, llama_state_size=len(blob), seed=self._seed)
+
+    def load_state(self, state: LlamaState) -> None:
+        """Resume a saved sequence; ValueError for a state of another model or one n_ctx cannot hold."""
+        ctx = self._require_ctx()
+        with self._lock:
+            ctx.set_state(state.llama_state)
+            self.input_ids[:] = 0
+            n = min(len(state.input_ids), len(self.input_ids))
+            self.input_ids[:n] = state.input_ids[:n]
+            self.n_tokens = state.n_tokens
+            if self._logits_all:
+                self.scores[: state.n_tokens] = state.scores[: state.n_tokens]
+            else:
+                self.scores[:] = state.scores
+            self._seed = state.seed
 
     def reset(self) -> None:
         self.n_tokens = 0
@@ -244,11 +282,7 @@ class Llama:
         """Yield sampled tokens forever; the KV cache is reused for the prefix shared with the last call."""
         tokens = list(tokens)
         if reset and self.n_tokens > 0:
-            prefix = 0
-            for a, b in zip(self._input_ids, tokens):
-                if a != b:
-                    break
-                prefix += 1
+            prefix = longest_token_prefix(self._input_ids.tolist(), tokens)
             # re-evaluate at least the last prompt token so its logits are fresh
             prefix = min(prefix, len(tokens) - 1)
             self.n_tokens = max(prefix, 0)
@@ -302,6 +336,7 @@ class Llama:
         room = self._n_ctx - len(prompt_tokens)
         max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
+        self._load_cached_prefix(prompt_tokens)
         self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2**32))
         bias = {int(k): float(v) for k, v in logit_bias.items()} if logit_bias else None
         req = CompletionRequest(
@@ -391,6 +426,8 @@ class Llama:
         if kwargs.get("stream", False):
             return (ChatCompletionChunk(**chunk) for chunk in self.create_chat_completion(*args, **kwargs))
         return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
+
+    longest_token_prefix = staticmethod(longest_token_prefix)
 
     @staticmethod
     def logits_to_logprobs(logits, axis: int = -1) -> np.ndarray:

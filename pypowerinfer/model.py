@@ -200,6 +200,16 @@ class NativeContext:
         check(lib.pi_context_set_capture(self._handle, ffi.from_buffer("float[]", ffn_in),
                                          ffi.from_buffer("float[]", act), t))
 
+    def get_state(self) -> bytes:
+        """The KV cache of the evaluated positions and their count (pi_context_get_state)."""
+        n = int(lib.pi_context_state_size(self._handle))
+        buf = ffi.new("uint8_t[]", n)
+        check(lib.pi_context_get_state(self._handle, buf, n))
+        return bytes(ffi.buffer(buf, n))
+
+    def set_state(self, blob: bytes) -> None:
+        check(lib.pi_context_set_state(self._handle, ffi.from_buffer("uint8_t[]", blob), len(blob)))
+
     def stats(self) -> dict[str, int]:
         out = ffi.new("pi_stats *")
         check(lib.pi_context_get_stats(self._handle, out))

@@ -132,6 +132,14 @@ PI_API int pi_decode(pi_context *ctx, const int32_t *tokens, int32_t n_tokens, i
  * else [1][n_vocab] holding the last evaluated position. *rows receives the row count. */
 PI_API float *pi_get_logits(pi_context *ctx, int32_t *rows);
 
+/* The sequence's state: positions [0, n_past) of the KV cache and n_past, as bytes that
+ * pi_context_set_state takes back on a context of the same model whose n_ctx holds them.
+ * get writes pi_context_state_size(ctx) bytes; set checks the header and the size first and
+ * leaves the context unchanged when they do not fit. */
+PI_API uint64_t pi_context_state_size(const pi_context *ctx);
+PI_API int pi_context_get_state(const pi_context *ctx, uint8_t *dst, uint64_t size);
+PI_API int pi_context_set_state(pi_context *ctx, const uint8_t *src, uint64_t size);
+
 /* ---- profiling, for convert/add_profile.py ---- */
 /* While set, every pi_decode writes, for its i-th token (i < max_tokens), layer l's normed FFN
  * input to ffn_in[(l * max_tokens + i) * n_embd ...] and its activation product (the input of

@@ -255,3 +255,68 @@ PI_API float *pi_get_logits(pi_context *c, int32_t *rows) {
     if (rows) *rows = c ? c->logits_rows : 0;
     return c ? c->logits : NULL;
 }
+
+/* ---- state: a header, then per layer the keys and then the values of positions [0, n_past) ---- */
+
+typedef struct {
+    char magic[4];      /* "PIST" */
+    uint32_t version;
+    int32_t n_layer, kv_dim, n_embd, n_past;
+} state_header;
+
+static size_t state_bytes(const pi_context *c, int32_t n_past) {
+    const pi_model *m = c->model;
+    const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
+    return sizeof(state_header) + 2 * (size_t)m->info.n_layer * (size_t)n_past * kv_dim * sizeof(pi_fp16);
+}
+
+/* the caches' positions [0, n_past) to the blob after its header (save) or back (load) */
+static void copy_cache(pi_context *c, uint8_t *blob, int32_t n_past, int save) {
+    const size_t kv_dim = (size_t)c->model->info.n_head_kv * c->model->head_dim;
+    const size_t bytes = (size_t)n_past * kv_dim * sizeof(pi_fp16);
+    uint8_t *at = blob + sizeof(state_header);
+    for (int il = 0; il < c->model->info.n_layer; il++) {
+        pi_fp16 *caches[2] = { c->k_cache + (size_t)il * c->n_ctx * kv_dim, c->v_cache + (size_t)il * c->n_ctx * kv_dim };
+        for (int i = 0; i < 2; i++, at += bytes) {
+            if (save) memcpy(at, caches[i], bytes);
+            else memcpy(caches[i], at, bytes);
+        }
+    }
+}
+
+PI_API uint64_t pi_context_state_size(const pi_context *c) { return c ? state_bytes(c, c->n_past) : 0; }
+
+PI_API int pi_context_get_state(const pi_context *c, uint8_t *dst, uint64_t size) {
+    if (!c || !dst) return pi_set_error(PI_ERR_ARG, "pi_context_get_state: NULL argument");
+    if (size < state_bytes(c, c->n_past))
+        return pi_set_error(PI_ERR_ARG, "state buffer of %llu bytes is smaller than the %zu needed",
+                            (unsigned long long)size, state_bytes(c, c->n_past));
+    const pi_model *m = c->model;
+    const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
+    state_header h = { { 'P', 'I', 'S', 'T' }, 1, m->info.n_layer, (int32_t)kv_dim, m->info.n_embd, c->n_past };
+    memcpy(dst, &h, sizeof h);
+    copy_cache((pi_context *)c, dst, c->n_past, 1); /* reads the caches only */
+    return PI_OK;
+}
+
+PI_API int pi_context_set_state(pi_context *c, const uint8_t *src, uint64_t size) {
+    if (!c || !src) return pi_set_error(PI_ERR_ARG, "pi_context_set_state: NULL argument");
+    const pi_model *m = c->model;
+    const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
+    state_header h;
+    if (size < sizeof h) return pi_set_error(PI_ERR_FORMAT, "state of %llu bytes is too short", (unsigned long long)size);
+    memcpy(&h, src, sizeof h);
+    if (memcmp(h.magic, "PIST", 4) || h.version != 1)
+        return pi_set_error(PI_ERR_FORMAT, "not a pypowerinfer state (or another version)");
+    if (h.n_layer != m->info.n_layer || h.kv_dim != (int32_t)kv_dim || h.n_embd != m->info.n_embd)
+        return pi_set_error(PI_ERR_FORMAT, "the state is of another model (%d layers, kv %d, n_embd %d)", h.n_layer,
+                            h.kv_dim, h.n_embd);
+    if (h.n_past < 0 || (uint32_t)h.n_past > c->n_ctx)
+        return pi_set_error(PI_ERR_CONTEXT, "the state holds %d positions, more than n_ctx %u", h.n_past, c->n_ctx);
+    if (size != state_bytes(c, h.n_past))
+        return pi_set_error(PI_ERR_FORMAT, "state of %llu bytes, expected %zu for %d positions",
+                            (unsigned long long)size, state_bytes(c, h.n_past), h.n_past);
+    copy_cache(c, (uint8_t *)src, h.n_past, 0); /* reads the blob only */
+    c->n_past = h.n_past;
+    return PI_OK;
+}

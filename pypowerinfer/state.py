@@ -1,0 +1,92 @@
+"""Saved sequence states and the in-memory prompt cache, with llama-cpp-python's names.
+
+A LlamaState holds what resumes a sequence: the native KV cache of its positions (bytes), the
+token ids, the logits rows in use and the seed. LlamaRAMCache maps token sequences to states,
+finds the one sharing the longest prefix with a new prompt, and drops the least recently used
+states past its capacity.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+
+class LlamaState:
+    def __init__(self, input_ids: np.ndarray, scores: np.ndarray, n_tokens: int, llama_state: bytes,
+                 llama_state_size: int, seed: int):
+        self.input_ids = input_ids
+        self.scores = scores
+        self.n_tokens = n_tokens
+        self.llama_state = llama_state
+        self.llama_state_size = llama_state_size
+        self.seed = seed
+
+
+def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class BaseLlamaCache(ABC):
+    def __init__(self, capacity_bytes: int = (2 << 30)):
+        self.capacity_bytes = capacity_bytes
+
+    @property
+    @abstractmethod
+    def cache_size(self) -> int: ...
+
+    @abstractmethod
+    def __getitem__(self, key: Sequence[int]) -> LlamaState: ...
+
+    @abstractmethod
+    def __contains__(self, key: Sequence[int]) -> bool: ...
+
+    @abstractmethod
+    def __setitem__(self, key: Sequence[int], value: LlamaState) -> None: ...
+
+
+class LlamaRAMCache(BaseLlamaCache):
+    """States in memory, least recently used first out."""
+
+    def __init__(self, capacity_bytes: int = (2 << 30)):
+        super().__init__(capacity_bytes)
+        self.cache_state: "OrderedDict[Tuple[int, ...], LlamaState]" = OrderedDict()
+
+    @property
+    def cache_size(self) -> int:
+        return sum(s.llama_state_size for s in self.cache_state.values())
+
+    def _longest_prefix_key(self, key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+        best, best_len = None, 0
+        for k in self.cache_state:
+            n = longest_token_prefix(k, key)
+            if n > best_len:
+                best, best_len = k, n
+        return best
+
+    def __getitem__(self, key: Sequence[int]) -> LlamaState:
+        found = self._longest_prefix_key(tuple(key))
+        if found is None:
+            raise KeyError("no cached state shares a prefix with these tokens")
+        self.cache_state.move_to_end(found)
+        return self.cache_state[found]
+
+    def __contains__(self, key: Sequence[int]) -> bool:
+        return self._longest_prefix_key(tuple(key)) is not None
+
+    def __setitem__(self, key: Sequence[int], value: LlamaState) -> None:
+        key = tuple(key)
+        self.cache_state.pop(key, None)
+        self.cache_state[key] = value
+        while self.cache_state and self.cache_size > self.capacity_bytes:
+            self.cache_state.popitem(last=False)
+
+
+LlamaCache = LlamaRAMCache
