@@ -44,6 +44,16 @@ def _sparse_mode(sparse: Union[bool, str]) -> int:
     return modes[sparse]
 
 
+POOLING_NONE = 0
+# llama.cpp's pooling types: rows [n_tokens][n_embd] -> what embed returns for one text
+POOLINGS = {
+    POOLING_NONE: lambda rows: rows,
+    1: lambda rows: rows.mean(axis=0),   # mean
+    2: lambda rows: rows[0],             # cls: the first token
+    3: lambda rows: rows[-1],            # last token
+}
+
+
 class Llama:
     """Load a GGUF model and run it; the constructor and methods follow llama-cpp-python 0.3.36."""
 
@@ -113,7 +123,7 @@ class Llama:
         self._ctx = NativeContext(self._model, n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
                                   n_threads_batch=self.n_threads_batch, logits_all=logits_all,
                                   kernel_impl=kernel_impl, sparse=_sparse_mode(sparse),
-                                  sparse_threshold_shift=sparse_threshold_shift,
+                                  sparse_threshold_shift=sparse_threshold_shift, embeddings=embedding,
                                   **self._split(vram_budget, hybrid_device, verbose))
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
@@ -355,6 +365,49 @@ class Llama:
 
     def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any):
         return self.create_completion(prompt, *args, **kwargs)
+
+    # ---- embeddings ----
+    def pooling_type(self) -> int:
+        """The model's {arch}.pooling_type (llama.cpp's LLAMA_POOLING_TYPE_*; 0 none when absent)."""
+        arch = self.metadata.get("general.architecture", "llama")
+        return int(self.metadata.get(f"{arch}.pooling_type", POOLING_NONE))
+
+    def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
+              return_count: bool = False):
+        """Embeddings of a string (or of each of a list): per token with pooling none, else one
+        vector pooled as the model asks (mean, first token, last token); L2-normalised with normalize."""
+        ctx = self._require_ctx()
+        if ctx.embeddings is None:
+            raise RuntimeError("Llama model must be created with embedding=True to call this method")
+        pooling = self.pooling_type()
+        if pooling not in POOLINGS:
+            raise NotImplementedError(f"pooling type {pooling} (rank) is not supported")
+        texts = [input] if isinstance(input, str) else list(input)
+        out, total = [], 0
+        with self._lock:
+            for text in texts:
+                tokens = self.tokenize(text.encode("utf-8"))
+                if truncate:
+                    tokens = tokens[: self.n_batch]
+                if len(tokens) > self.n_batch:
+                    raise ValueError(f"Requested tokens ({len(tokens)}) exceed batch size of {self.n_batch}")
+                total += len(tokens)
+                if tokens:
+                    ctx.decode(np.asarray(tokens, dtype=np.int32), 0)  # each text alone, from position 0
+                rows = POOLINGS[pooling](ctx.embeddings[: len(tokens)])
+                if normalize:
+                    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
+                    rows = np.divide(rows, norms, out=np.array(rows, dtype=np.float64), where=norms > 0)
+                out.append(np.asarray(rows, dtype=np.float64).tolist())
+            self.reset()
+        result = out[0] if isinstance(input, str) else out
+        return (result, total) if return_count else result
+
+    def create_embedding(self, input: Union[str, List[str]], model: Optional[str] = None) -> Dict[str, Any]:
+        embeds, total = self.embed(input if isinstance(input, list) else [input], return_count=True)
+        return {"object": "list", "data": [{"object": "embedding", "embedding": e, "index": i} for i, e in enumerate(embeds)],
+                "model": model if model is not None else self.model_path,
+                "usage": {"prompt_tokens": total, "total_tokens": total}}
 
     # ---- chat ----
     def _chat_templates(self) -> Dict[str, str]:

@@ -150,7 +150,8 @@ class NativeContext:
 
     def __init__(self, model: NativeModel, *, n_ctx: int, n_batch: int, n_threads: int,
                  n_threads_batch: int, logits_all: bool, kernel_impl: int = 0, sparse: int = 1,
-                 sparse_threshold_shift: float = 0.0, device: int = 0, vram_budget: int = 0):
+                 sparse_threshold_shift: float = 0.0, device: int = 0, vram_budget: int = 0,
+                 embeddings: bool = False):
         params = lib.pi_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -162,6 +163,7 @@ class NativeContext:
         params.sparse_threshold_shift = sparse_threshold_shift
         params.device = device
         params.vram_budget = int(vram_budget)
+        params.embeddings = int(embeddings)
         self._capture = None
         out = ffi.new("pi_context **")
         check(lib.pi_context_new(model.handle, params, out))
@@ -173,6 +175,12 @@ class NativeContext:
         ptr = lib.pi_get_logits(self._handle, rows)
         n_vocab = model.info.n_vocab
         self.logits = np.frombuffer(ffi.buffer(ptr, rows[0] * n_vocab * 4), dtype=np.float32).reshape(rows[0], n_vocab)
+        # with embeddings: [n_ctx][n_embd] final normed hidden states by position, zero-copy; else None
+        self.embeddings = None
+        ptr = lib.pi_get_embeddings(self._handle, rows)
+        if ptr != ffi.NULL:
+            d = model.info.n_embd
+            self.embeddings = np.frombuffer(ffi.buffer(ptr, rows[0] * d * 4), dtype=np.float32).reshape(rows[0], d)
 
     def decode(self, tokens: np.ndarray, pos: int) -> None:
         """Evaluate int32 `tokens` at positions pos, pos+1, ...; the GIL is released meanwhile."""
@@ -221,6 +229,7 @@ class NativeContext:
     def close(self) -> None:
         if self._handle is not None:
             self.logits = None
+            self.embeddings = None
             self._capture = None
             ffi.release(self._handle)  # runs pi_context_free now
             self._handle = None

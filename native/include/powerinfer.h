@@ -103,6 +103,7 @@ typedef struct {
     float sparse_threshold_shift; /* added to every layer's predictor threshold: > 0 sparser */
     int32_t device;          /* PI_DEVICE_*: where the hot neurons of pi_model_plan(vram_budget) run */
     uint64_t vram_budget;    /* device bytes for the hybrid split; 0 = all on the CPU */
+    int32_t embeddings;      /* keep every evaluated position's final normed hidden state (pi_get_embeddings) */
 } pi_context_params;
 
 enum {
@@ -131,6 +132,10 @@ PI_API int pi_decode(pi_context *ctx, const int32_t *tokens, int32_t n_tokens, i
 /* The logits buffer, owned by the context: [n_ctx][n_vocab] with logits_all (row = position),
  * else [1][n_vocab] holding the last evaluated position. *rows receives the row count. */
 PI_API float *pi_get_logits(pi_context *ctx, int32_t *rows);
+
+/* With params.embeddings: [n_ctx][n_embd], row = position, the hidden state after the final norm
+ * (llama.cpp's per-token embeddings). NULL without it. *rows receives n_ctx. */
+PI_API float *pi_get_embeddings(pi_context *ctx, int32_t *rows);
 
 /* The sequence's state: positions [0, n_past) of the KV cache and n_past, as bytes that
  * pi_context_set_state takes back on a context of the same model whose n_ctx holds them.

@@ -12,7 +12,8 @@
 PI_API pi_context_params pi_context_default_params(void) {
     pi_context_params p = { .n_ctx = 512, .n_batch = 512, .n_threads = 0, .n_threads_batch = 0,
                             .logits_all = 0, .kernel_impl = PI_IMPL_AUTO, .sparse = PI_SPARSE_DECODE,
-                            .sparse_threshold_shift = 0.0f, .device = PI_DEVICE_NONE, .vram_budget = 0 };
+                            .sparse_threshold_shift = 0.0f, .device = PI_DEVICE_NONE, .vram_budget = 0,
+                            .embeddings = 0 };
     return p;
 }
 
@@ -23,7 +24,7 @@ static int cpu_count(void) {
 
 /* Sizes of every buffer, in floats (or blocks), computed once so the total can be checked first. */
 typedef struct {
-    size_t kv, x, xn, xq, q, k, gate, rope, inv_freq, att, out_x, out_q, logits, rank, per_thread, ff, runs, run_acc;
+    size_t kv, x, xn, xq, q, k, gate, rope, inv_freq, att, out_x, out_q, logits, rank, per_thread, ff, runs, run_acc, embd;
 } buffer_sizes;
 
 static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_threads, int logits_rows) {
@@ -52,13 +53,14 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .runs = (size_t)(h->n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN,
     };
     s.run_acc = s.runs * (size_t)h->n_embd;
+    s.embd = 0;
     return s;
 }
 
 static double total_bytes(const buffer_sizes *s) {
     double floats = s->kv /* two f16 caches */ + s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
                     2.0 * s->out_x + s->logits + s->rank +
-                    s->per_thread + 3.0 * s->ff + s->runs + s->run_acc;
+                    s->per_thread + 3.0 * s->ff + s->runs + s->run_acc + s->embd;
     return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x);
 }
 
@@ -116,6 +118,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     int pool_size = n_threads > n_threads_batch ? n_threads : n_threads_batch;
     int logits_rows = p.logits_all ? (int)n_ctx : 1;
     buffer_sizes s = plan(m, n_ctx, n_batch, pool_size, logits_rows);
+    if (p.embeddings) s.embd = (size_t)n_ctx * h->n_embd;
 
     /* refuse before allocating: a KV cache larger than the machine's memory cannot work */
     double need = total_bytes(&s);
@@ -164,11 +167,12 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->active_rows = malloc(s.ff * sizeof(int32_t));
     c->run_acc = malloc(s.run_acc * sizeof(float));
     c->run_rows = calloc(s.runs, sizeof(int32_t));
+    c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
     c->down_acc = malloc(s.per_thread * sizeof(float));
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq || !c->q || !c->k || !c->v || !c->gate || !c->up ||
         !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q || !c->logits ||
         !c->pred_h || !c->pred_hq || !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows ||
-        !c->down_acc) {
+        !c->down_acc || (s.embd && !c->embd)) {
         pi_context_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
     }
@@ -195,7 +199,7 @@ PI_API void pi_context_free(pi_context *c) {
     free(c->gate); free(c->up); free(c->rope_cs); free(c->inv_freq); free(c->att);
     free(c->out_x); free(c->delta); free(c->out_q); free(c->logits);
     free(c->pred_h); free(c->pred_hq); free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
-    free(c->run_rows); free(c->down_acc);
+    free(c->run_rows); free(c->down_acc); free(c->embd);
     if (c->device) c->device->ops->free(c->device);
     free(c->hot_runs);
     free(c->layout);
@@ -254,6 +258,11 @@ PI_API void pi_context_reset_stats(pi_context *c) {
 PI_API float *pi_get_logits(pi_context *c, int32_t *rows) {
     if (rows) *rows = c ? c->logits_rows : 0;
     return c ? c->logits : NULL;
+}
+
+PI_API float *pi_get_embeddings(pi_context *c, int32_t *rows) {
+    if (rows) *rows = c && c->embd ? (int32_t)c->n_ctx : 0;
+    return c ? c->embd : NULL;
 }
 
 /* ---- state: a header, then per layer the keys and then the values of positions [0, n_past) ---- */

@@ -33,6 +33,7 @@ struct pi_context {
     float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */
     block_q8x *out_q;   /* [B][n_embd/32] */
     float *logits;      /* [logits_rows][n_vocab] */
+    float *embd;        /* [n_ctx][n_embd] final normed hidden states, with params.embeddings, else NULL */
     int32_t logits_rows;
 
     /* sparse FFN, one token at a time (ffn_sparse.h); a run fills its own slices, by position */

@@ -330,6 +330,9 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
     }
 
+    /* embeddings: every position's final normed hidden state */
+    if (c->embd) rmsnorm(c, c->x, m->output_norm, c->embd + (size_t)pos0 * d, n, d);
+
     /* logits of the last position, or of every position with logits_all */
     if (logits_mode != PI_LOGITS_NONE) {
         const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
