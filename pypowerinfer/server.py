@@ -1,0 +1,291 @@
+"""An OpenAI-compatible HTTP server over one model (FastAPI + uvicorn, SSE for streams).
+
+    python -m pypowerinfer.server --model PATH [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+                                  [--n-ctx 2048] [--n-threads N] [--vram-budget 25%] [--no-sparse]
+
+Every option can also come from the environment: its name in capitals (MODEL, PORT, API_KEY,
+N_CTX, VRAM_BUDGET, ...). Endpoints: /v1/completions, /v1/chat/completions, /v1/embeddings,
+/v1/models, /extras/tokenize, /extras/tokenize/count, /extras/detokenize.
+
+Requests to the model are queued on one lock and never interleaved in its context; a stream
+holds the lock until it ends or its client goes away. Errors are answered in OpenAI's shape,
+{"error": {"message", "type", "param", "code"}}, with a 4xx status for the client's mistakes.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+import time
+from typing import Any, Dict, Iterator, List, Literal, Optional, Union
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette.sse import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
+
+MAX_BODY_BYTES = 4 << 20
+
+
+# ---- request bodies (unknown fields are accepted and ignored, as OpenAI clients send extras) ----
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: Optional[str] = None
+
+
+class _Sampling(_Body):
+    max_tokens: Optional[int] = Field(16, ge=-1)
+    temperature: float = Field(0.8, ge=0.0, le=10.0)
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    top_k: int = Field(40, ge=0)
+    stop: Optional[Union[str, List[str]]] = None
+    stream: bool = False
+    seed: Optional[int] = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repeat_penalty: float = Field(1.0, ge=0.0)
+    logit_bias: Optional[Dict[str, float]] = None
+
+    def sampling(self) -> Dict[str, Any]:
+        bias = {int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None
+        return dict(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p, min_p=self.min_p,
+                    top_k=self.top_k, stop=self.stop or [], stream=self.stream, seed=self.seed,
+                    presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
+                    repeat_penalty=self.repeat_penalty, logit_bias=bias)
+
+
+class CompletionBody(_Sampling):
+    prompt: Union[str, List[str], List[int]] = ""
+    echo: bool = False
+    logprobs: Optional[int] = Field(None, ge=0, le=20)
+    suffix: Optional[str] = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant", "tool", "function", "developer"]
+    content: Optional[Union[str, List[Dict[str, Any]]]] = None
+
+
+class ChatBody(_Sampling):
+    messages: List[ChatMessage] = Field(min_length=1)
+    max_tokens: Optional[int] = Field(None, ge=-1)
+    temperature: float = Field(0.2, ge=0.0, le=10.0)
+    tools: Optional[List[Dict[str, Any]]] = None
+    tool_choice: Optional[Union[str, Dict[str, Any]]] = None
+    response_format: Optional[Dict[str, Any]] = None
+    logprobs: Optional[bool] = None
+    top_logprobs: Optional[int] = Field(None, ge=0, le=20)
+
+
+class EmbeddingBody(_Body):
+    input: Union[str, List[str]]
+
+
+class TokenizeBody(_Body):
+    input: str
+    add_special: bool = True
+
+
+class DetokenizeBody(_Body):
+    tokens: List[int]
+
+
+# ---- errors in OpenAI's shape ----
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: Optional[str] = None,
+                 param: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
+
+
+def _error(status: int, message: str, kind: str, code: Optional[str] = None, param: Optional[str] = None):
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+
+
+def _model_error(exc: Exception) -> APIError:
+    """What the model's exceptions mean to a client."""
+    text = str(exc)
+    if isinstance(exc, NotImplementedError):
+        return APIError(400, text, code="not_implemented")
+    if "exceed context window" in text or "exceed batch size" in text:
+        return APIError(400, text, code="context_length_exceeded")
+    return APIError(400, text)
+
+
+# ---- the app ----
+
+class _Served:
+    """The model and the lock that queues requests to it."""
+
+    def __init__(self, llm, name: str):
+        self.llm, self.name = llm, name
+        self.lock = asyncio.Lock()
+
+    async def run(self, fn, *args, **kwargs):
+        async with self.lock:
+            try:
+                return await run_in_threadpool(fn, *args, **kwargs)
+            except (ValueError, NotImplementedError, RuntimeError) as exc:
+                raise _model_error(exc) from None
+
+    async def stream(self, request: Request, make: "callable") -> EventSourceResponse:
+        """SSE of the chunks `make()` yields, holding the lock until the stream ends or the
+        client leaves; then the generator is closed, which ends the generation."""
+        await self.lock.acquire()
+        try:
+            chunks: Iterator[dict] = await run_in_threadpool(make)
+        except (ValueError, NotImplementedError, RuntimeError) as exc:
+            self.lock.release()
+            raise _model_error(exc) from None
+        done = object()
+
+        async def events():
+            try:
+                while True:
+                    if await request.is_disconnected():
+                        break
+                    chunk = await run_in_threadpool(next, chunks, done)
+                    if chunk is done:
+                        yield {"data": "[DONE]"}
+                        break
+                    yield {"data": json.dumps(chunk)}
+            finally:
+                await run_in_threadpool(chunks.close)
+                self.lock.release()
+
+        return EventSourceResponse(events(), sep="\n", ping=600)
+
+
+def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] = None) -> FastAPI:
+    """The app over a loaded pypowerinfer.Llama (built with embedding=True for /v1/embeddings)."""
+    served = _Served(llm, model_name or os.path.basename(llm.model_path))
+    app = FastAPI(title="pypowerinfer", version="0.1.0")
+    app.state.served = served
+
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError):
+        return _error(exc.status, exc.message, exc.kind, exc.code, exc.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        return _error(400, f"{where or 'body'}: {first.get('msg', 'invalid request')}", "invalid_request_error",
+                      param=where)
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
+            return _error(413, f"request body over {MAX_BODY_BYTES} bytes", "invalid_request_error")
+        return await call_next(request)
+
+    async def authorize(request: Request):
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            raise APIError(401, "invalid API key", "authentication_error", "invalid_api_key")
+
+    auth = [Depends(authorize)]
+
+    @app.get("/v1/models", dependencies=auth)
+    async def models():
+        return {"object": "list", "data": [{"id": served.name, "object": "model", "created": int(time.time()),
+                                             "owned_by": "me", "permissions": []}]}
+
+    @app.post("/v1/completions", dependencies=auth)
+    async def completions(body: CompletionBody, request: Request):
+        prompt = body.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            if len(prompt) != 1:
+                raise APIError(400, "one prompt per request", param="prompt")
+            prompt = prompt[0]
+        kwargs = dict(body.sampling(), echo=body.echo, logprobs=body.logprobs, suffix=body.suffix, model=served.name)
+        if body.stream:
+            return await served.stream(request, lambda: llm.create_completion(prompt, **kwargs))
+        return await served.run(llm.create_completion, prompt, **kwargs)
+
+    @app.post("/v1/chat/completions", dependencies=auth)
+    async def chat(body: ChatBody, request: Request):
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        kwargs = dict(body.sampling(), tools=body.tools, tool_choice=body.tool_choice,
+                      response_format=body.response_format, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
+                      model=served.name)
+        if body.stream:
+            return await served.stream(request, lambda: llm.create_chat_completion(messages, **kwargs))
+        return await served.run(llm.create_chat_completion, messages, **kwargs)
+
+    @app.post("/v1/embeddings", dependencies=auth)
+    async def embeddings(body: EmbeddingBody):
+        return await served.run(llm.create_embedding, body.input, model=served.name)
+
+    @app.post("/extras/tokenize", dependencies=auth)
+    async def tokenize(body: TokenizeBody):
+        return {"tokens": llm.tokenize(body.input.encode("utf-8"), add_bos=body.add_special, special=True)}
+
+    @app.post("/extras/tokenize/count", dependencies=auth)
+    async def count(body: TokenizeBody):
+        return {"count": len(llm.tokenize(body.input.encode("utf-8"), add_bos=body.add_special, special=True))}
+
+    @app.post("/extras/detokenize", dependencies=auth)
+    async def detokenize(body: DetokenizeBody):
+        if any(t < 0 or t >= llm.n_vocab() for t in body.tokens):
+            raise APIError(400, f"token ids must be in [0, {llm.n_vocab()})", param="tokens")
+        return {"text": llm.detokenize(body.tokens).decode("utf-8", errors="replace")}
+
+    return app
+
+
+# ---- command line ----
+
+def _env(name: str, default=None):
+    return os.environ.get(name.upper(), default)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m pypowerinfer.server", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=_env("model"), help="GGUF path (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--model-alias", default=_env("model_alias"), help="the model's name in responses")
+    ap.add_argument("--host", default=_env("host", "127.0.0.1"))
+    ap.add_argument("--port", type=int, default=int(_env("port", 8000)))
+    ap.add_argument("--api-key", default=_env("api_key"), help="require 'Authorization: Bearer KEY'")
+    ap.add_argument("--n-ctx", type=int, default=int(_env("n_ctx", 2048)))
+    ap.add_argument("--n-threads", type=int, default=int(_env("n_threads", 0)) or None)
+    ap.add_argument("--chat-format", default=_env("chat_format"))
+    ap.add_argument("--vram-budget", default=_env("vram_budget"), help="bytes, 2G, 25%% or auto (profiled models)")
+    ap.add_argument("--no-sparse", action="store_true", default=_env("no_sparse", "") not in ("", "0", "false"))
+    ap.add_argument("--sparse-shift", type=float, default=float(_env("sparse_shift", 0.0)))
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    import uvicorn
+
+    from .llama import Llama
+    from .resources import default_model_path
+
+    args = parse_args(argv)
+    model = args.model or str(default_model_path())
+    try:
+        llm = Llama(model, n_ctx=args.n_ctx, n_threads=args.n_threads, chat_format=args.chat_format,
+                    embedding=True, sparse=not args.no_sparse, sparse_threshold_shift=args.sparse_shift,
+                    vram_budget=args.vram_budget, verbose=False)
+    except (OSError, ValueError, NotImplementedError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    uvicorn.run(create_app(llm, model_name=args.model_alias, api_key=args.api_key), host=args.host, port=args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

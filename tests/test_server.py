@@ -1,0 +1,143 @@
+"""The server on loopback, driven by the real `openai` client."""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+openai = pytest.importorskip("openai")
+uvicorn = pytest.importorskip("uvicorn")
+
+from pypowerinfer import Llama  # noqa: E402
+from pypowerinfer.server import create_app  # noqa: E402
+
+KEY = "sk-test-key"
+
+
+@pytest.fixture(scope="module")
+def app(smollm2_path):
+    llm = Llama(str(smollm2_path), n_ctx=512, n_threads=2, embedding=True, verbose=False)
+    yield create_app(llm, model_name="smollm2", api_key=KEY)
+    llm.close()
+
+
+@pytest.fixture(scope="module")
+def base_url(app):
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.started, "server did not start"
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return openai.OpenAI(base_url=base_url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def test_models(client):
+    ids = [m.id for m in client.models.list()]
+    assert ids == ["smollm2"]
+
+
+def test_completion_and_its_stream_agree(client):
+    kw = dict(model="smollm2", prompt="The capital of France is", max_tokens=12, temperature=0.0)
+    whole = client.completions.create(**kw)
+    assert whole.object == "text_completion" and whole.usage.completion_tokens > 0
+    pieces = [c.choices[0].text for c in client.completions.create(stream=True, **kw)]
+    assert "".join(pieces) == whole.choices[0].text
+
+
+def test_chat_and_its_stream_agree(client):
+    msgs = [{"role": "user", "content": "Say hello in French."}]
+    whole = client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=16, temperature=0.0)
+    assert whole.choices[0].message.role == "assistant"
+    chunks = list(client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=16, temperature=0.0,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+
+def test_embeddings(client):
+    out = client.embeddings.create(model="smollm2", input=["Hello world", "Hi"])
+    assert len(out.data) == 2 and out.usage.prompt_tokens == 3
+    assert len(out.data[0].embedding) == 2 and len(out.data[0].embedding[0]) == 576  # per token: pooling none
+
+
+def test_bad_requests_get_openai_errors(client, base_url):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="smollm2", prompt="x", max_tokens=4, temperature=-1.0)
+    assert e.value.body["type"] == "invalid_request_error" and e.value.body["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="smollm2", prompt="word " * 600, max_tokens=4)
+    assert e.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="smollm2", messages=[], max_tokens=4)
+    import httpx
+
+    r = httpx.post(base_url + "/v1/completions", content=b"{not json", headers={
+        "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    assert r.status_code == 400 and "error" in r.json()
+    r = httpx.post(base_url + "/v1/completions", content=b"x" * (5 << 20), headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 413
+
+
+def test_wrong_api_key(base_url):
+    bad = openai.OpenAI(base_url=base_url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+
+
+def test_tokenize_round_trip(base_url):
+    import httpx
+
+    h = {"Authorization": f"Bearer {KEY}"}
+    tokens = httpx.post(base_url + "/extras/tokenize", json={"input": "Hello world"}, headers=h).json()["tokens"]
+    assert httpx.post(base_url + "/extras/tokenize/count", json={"input": "Hello world"}, headers=h).json() == \
+        {"count": len(tokens)}
+    assert httpx.post(base_url + "/extras/detokenize", json={"tokens": tokens}, headers=h).json()["text"] == "Hello world"
+    assert httpx.post(base_url + "/extras/detokenize", json={"tokens": [10 ** 9]}, headers=h).status_code == 400
+
+
+def test_concurrent_streams_are_not_mixed(client):
+    """20 streams at once: each gets exactly what it gets alone (requests queue on one model)."""
+    prompts = [f"Count from {i} to {i + 5}:" for i in range(20)]
+
+    def stream(p):
+        return "".join(c.choices[0].text for c in client.completions.create(
+            model="smollm2", prompt=p, max_tokens=8, temperature=0.0, stream=True))
+
+    alone = {p: client.completions.create(model="smollm2", prompt=p, max_tokens=8, temperature=0.0).choices[0].text
+             for p in prompts}
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        together = dict(zip(prompts, pool.map(stream, prompts)))
+    assert together == alone
+
+
+def test_a_client_that_leaves_mid_stream_frees_the_model(app, base_url, client):
+    import httpx
+
+    served = app.state.served
+    body = {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0.0, "stream": True}
+    with httpx.stream("POST", base_url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
+                      timeout=30) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                break  # one chunk, then hang up
+    deadline = time.time() + 30
+    while served.lock.locked() and time.time() < deadline:
+        time.sleep(0.01)
+    assert not served.lock.locked()
+    assert served.llm.n_tokens < 100  # the generation stopped with the client, long before 400 tokens
+    out = client.completions.create(model="smollm2", prompt="Hi", max_tokens=2, temperature=0.0)
+    assert out.choices[0].text is not None
