@@ -209,3 +209,62 @@ def chunks_to_chat(chunks: Iterator[dict]) -> Iterator[dict]:
         delta = {"content": choice["text"]} if choice["finish_reason"] is None else {}
         yield {**head, "choices": [{"index": 0, "delta": delta, "logprobs": _chat_logprobs(choice["logprobs"]),
                                     "finish_reason": choice["finish_reason"]}]}
+
+
+# ---- constrained output ----
+
+def response_format_grammar(response_format: Optional[dict]):
+    """The grammar a response_format asks for: JSON for json_object, a schema's language when
+    one is given (llama-cpp-python's "schema" key, or OpenAI's json_schema.schema); None for text."""
+    from .grammar import JSON_GBNF, LlamaGrammar
+
+    if not response_format or response_format.get("type") == "text":
+        return None
+    kind = response_format.get("type")
+    schema = response_format.get("schema")
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema", schema)
+    elif kind != "json_object":
+        raise ValueError(f"response_format type must be text, json_object or json_schema, not {kind!r}")
+    return LlamaGrammar.from_json_schema(json.dumps(schema)) if schema else LlamaGrammar.from_string(JSON_GBNF)
+
+
+def forced_tool(tools: Optional[List[dict]], tool_choice) -> Optional[dict]:
+    """The tool a tool_choice of {"type": "function", "function": {"name": ...}} names, or None."""
+    if not isinstance(tool_choice, dict):
+        return None
+    name = tool_choice.get("function", {}).get("name")
+    tool = next((t for t in tools or [] if t.get("function", {}).get("name") == name), None)
+    if tool is None:
+        raise ValueError(f"Tool choice '{name}' not found in tools.")
+    return tool
+
+
+def tool_call_to_chat(name: str, completion: dict) -> dict:
+    """A completion whose text is the arguments of a call of tool `name`, as a chat tool call."""
+    choice = completion["choices"][0]
+    call = {"name": name, "arguments": choice["text"]}
+    return {"id": "chat" + completion["id"], "object": "chat.completion", "created": completion["created"],
+            "model": completion["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "function_call": call,
+                                                 "tool_calls": [{"id": f"call__0_{name}_{completion['id']}",
+                                                                 "type": "function", "function": call}]},
+                         "logprobs": _chat_logprobs(choice["logprobs"]), "finish_reason": "tool_calls"}],
+            "usage": completion["usage"]}
+
+
+def tool_call_chunks(name: str, chunks: Iterator[dict]) -> Iterator[dict]:
+    """The streamed form: the call's id and name first, then the arguments as they come."""
+    for i, chunk in enumerate(chunks):
+        head = {"id": "chat" + chunk["id"], "model": chunk["model"], "created": chunk["created"],
+                "object": "chat.completion.chunk"}
+        choice = chunk["choices"][0]
+        if choice["finish_reason"] is not None:
+            yield {**head, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "tool_calls"}]}
+            continue
+        call = {"index": 0, "function": {"arguments": choice["text"]}}
+        if i == 0:
+            call = {"index": 0, "id": f"call__0_{name}_{chunk['id']}", "type": "function",
+                    "function": {"name": name, "arguments": choice["text"]}}
+        delta = {"role": "assistant", "content": None, "tool_calls": [call]} if i == 0 else {"tool_calls": [call]}
+        yield {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}

@@ -5,6 +5,7 @@ sampling.py and response assembly in completion.py.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import random
@@ -15,8 +16,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .chat import FORMATS, TemplateFormat, chunks_to_chat, completion_to_chat
+from .chat import (FORMATS, TemplateFormat, chunks_to_chat, completion_to_chat, forced_tool,
+                   response_format_grammar, tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
+from .grammar import LlamaGrammar
 from ._ffi import lib
 from .model import NativeContext, NativeModel, cuda_device_count
 from .placement import parse_budget
@@ -269,8 +272,6 @@ class Llama:
         """Sample the next token from the logits of position idx (default: the last evaluated)."""
         if self.n_tokens == 0:
             raise ValueError("sample() needs evaluated tokens: call eval() first")
-        if grammar is not None:
-            raise NotImplementedError("grammars are not implemented yet ([drop-in] issue)")
         params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty, penalty_last_n=self.last_n_tokens_size,
@@ -279,8 +280,13 @@ class Llama:
         end = self.n_tokens if idx is None else idx + 1
         # as llama-cpp-python: penalties see only what generate() sampled; a standalone call, nothing
         start = end if self._history_start is None else min(self._history_start, end)
-        return self._sampler.sample(self._last_logits(idx), self.input_ids[start:end], params,
-                                    logits_processor=logits_processor, input_ids=self.input_ids[:end])
+        mask = grammar.allowed(self.tokenizer_) if grammar is not None else None
+        token = self._sampler.sample(self._last_logits(idx), self.input_ids[start:end], params,
+                                     logits_processor=logits_processor, input_ids=self.input_ids[:end],
+                                     grammar_mask=mask)
+        if grammar is not None:
+            grammar.accept_token(self.tokenizer_, token)
+        return token
 
     def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
                  typical_p: float = 1.0, temp: float = 0.80, repeat_penalty: float = 1.0, reset: bool = True,
@@ -300,6 +306,8 @@ class Llama:
         elif reset:
             self.reset()
         self._sampler.reseed(self._seed)
+        if grammar is not None:
+            grammar.reset()  # llama-cpp-python builds its grammar sampler afresh per generation
         self._history_start = self.n_tokens + len(tokens)
         kwargs = dict(top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
                       repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
@@ -445,14 +453,14 @@ class Llama:
                                logit_bias: Optional[Dict[int, float]] = None, logprobs: Optional[bool] = None,
                                top_logprobs: Optional[int] = None):
         """A chat completion of `messages` (a dict, or chat.completion.chunk dicts with stream=True)."""
-        if response_format is not None and response_format.get("type") != "text":
-            raise NotImplementedError("response_format needs grammar-constrained sampling, which pypowerinfer "
-                                      "does not have yet ([drop-in] issue)")
-        if isinstance(tool_choice, dict) or isinstance(function_call, dict):
-            raise NotImplementedError("forcing a tool call needs grammar-constrained sampling, which pypowerinfer "
-                                      "does not have yet ([drop-in] issue)")
         if functions is not None and tools is None:  # the legacy form, as tools for the template
             tools = [{"type": "function", "function": f} for f in functions]
+        grammar = response_format_grammar(response_format) or grammar
+        if isinstance(function_call, dict) and "name" in function_call:
+            tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
+        forced = forced_tool(tools, tool_choice)
+        if forced is not None:
+            grammar = LlamaGrammar.from_json_schema(json.dumps(forced["function"].get("parameters", {})))
         chat = self._chat_format()(messages=messages, functions=functions, function_call=function_call,
                                    tools=tools, tool_choice=tool_choice)
         prompt = self.tokenize(chat.prompt.encode("utf-8"), add_bos=not chat.added_special, special=True)
@@ -468,6 +476,9 @@ class Llama:
             repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta, model=model, logits_processor=logits_processor, stopping_criteria=criteria,
             grammar=grammar, logit_bias=logit_bias)
+        if forced is not None:
+            return tool_call_chunks(forced["function"]["name"], out) if stream else \
+                tool_call_to_chat(forced["function"]["name"], out)
         return chunks_to_chat(out) if stream else completion_to_chat(out)
 
     def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any):

@@ -116,8 +116,3 @@ def test_chat_formats_by_name(smollm2):
             smollm2.create_chat_completion(CONVERSATIONS[0], max_tokens=4)
     finally:
         smollm2.chat_format = old
-
-
-def test_constrained_output_is_not_implemented_yet(smollm2):
-    with pytest.raises(NotImplementedError, match="grammar"):
-        smollm2.create_chat_completion(CONVERSATIONS[0], response_format={"type": "json_object"})

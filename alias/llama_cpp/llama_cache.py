@@ -1,0 +1,2 @@
+"""llama_cpp.llama_cache, from pypowerinfer."""
+from pypowerinfer.state import BaseLlamaCache, LlamaCache, LlamaRAMCache  # noqa: F401

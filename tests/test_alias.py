@@ -1,0 +1,38 @@
+"""The llama_cpp alias (alias/): with it first on the path, llama-cpp-python code runs on pypowerinfer.
+
+It cannot be installed beside llama-cpp-python, which the other tests need as the oracle, so it
+is put first on PYTHONPATH in a subprocess instead of installed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ALIAS = Path(__file__).resolve().parent.parent / "alias"
+
+SCRIPT = r'''
+import sys, json
+import llama_cpp
+from llama_cpp import Llama, LlamaGrammar
+from llama_cpp.llama import LlamaState
+from llama_cpp.llama_cache import LlamaRAMCache
+from llama_cpp.llama_grammar import JSON_GBNF
+import pypowerinfer
+assert llama_cpp.Llama is pypowerinfer.Llama and llama_cpp.__version__ == "0.3.36"
+llm = Llama(model_path=sys.argv[1], n_ctx=256, n_threads=2, verbose=False)
+out = llm("Q: What is 2 + 2? A:", max_tokens=8, temperature=0.0, stop=["Q:"])
+chat = llm.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=4)
+g = LlamaGrammar.from_string(JSON_GBNF)
+js = llm("JSON: ", grammar=g, max_tokens=64, temperature=0.0)
+llm.set_cache(LlamaRAMCache())
+print(json.dumps({"text": out["choices"][0]["text"], "chat": chat["object"], "state": isinstance(llm.save_state(), LlamaState)}))
+'''
+
+
+def test_llama_cpp_alias_runs_llama_cpp_code(smollm2_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ALIAS)] + [p for p in sys.path if p]))
+    r = subprocess.run([sys.executable, "-c", SCRIPT, str(smollm2_path)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert '"chat": "chat.completion"' in r.stdout and '"state": true' in r.stdout
