@@ -71,6 +71,23 @@ class TemplateFormat:
                           stop_token_ids=() if self.eos_id is None else (self.eos_id,))
 
 
+def hf_tokenizer_config_to_chat_formatter(tokenizer_config: Dict[str, Any], add_generation_prompt: bool = True):
+    """A formatter from a HuggingFace tokenizer_config.json dict (chat_template, bos_token,
+    eos_token), as llama-cpp-python builds it: with add_generation_prompt an empty assistant
+    message is appended rather than the template's flag set; stops at eos and bos."""
+    template, bos, eos = (tokenizer_config.get(k) for k in ("chat_template", "bos_token", "eos_token"))
+    if not all(isinstance(v, str) for v in (template, bos, eos)):
+        raise ValueError("tokenizer_config needs string chat_template, bos_token and eos_token")
+    render = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template)
+
+    def fmt(messages: List[dict], **kwargs: Any) -> ChatPrompt:
+        if add_generation_prompt:
+            messages = [*messages, {"role": "assistant", "content": ""}]
+        return ChatPrompt(render.render(messages=messages, bos_token=bos, eos_token=eos, **kwargs), stop=[eos, bos],
+                          added_special=True)
+    return fmt
+
+
 # ---- built-in formats ----
 
 def _system(messages: List[dict]) -> str:

@@ -5,6 +5,8 @@ from pypowerinfer import (BaseLlamaCache, Llama, LlamaCache, LlamaRAMCache, Llam
                           LogitsProcessorList, StoppingCriteriaList)
 from pypowerinfer.grammar import LlamaGrammar
 
+from .llama_types import *  # noqa: F401,F403  (llama-cpp-python exports its types at the top level)
+
 __version__ = "0.3.36"  # the llama-cpp-python API this alias follows
 
 __all__ = ["BaseLlamaCache", "Llama", "LlamaCache", "LlamaGrammar", "LlamaRAMCache", "LlamaState",
