@@ -36,6 +36,22 @@ static_assert(sizeof(block_q5_0) == 22, "q5_0 block");
 static_assert(sizeof(block_q5_1) == 24, "q5_1 block");
 static_assert(sizeof(block_q8_0) == 34, "q8_0 block");
 
+/* Bytes of one 32-weight block of a block format (Q8_0 for the rest); host and CUDA code share it. */
+#ifdef __CUDACC__
+#define PI_HOST_DEVICE __host__ __device__
+#else
+#define PI_HOST_DEVICE
+#endif
+static inline PI_HOST_DEVICE size_t pi_block_bytes(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_0: return sizeof(block_q4_0);
+    case PI_TYPE_Q4_1: return sizeof(block_q4_1);
+    case PI_TYPE_Q5_0: return sizeof(block_q5_0);
+    case PI_TYPE_Q5_1: return sizeof(block_q5_1);
+    default: return sizeof(block_q8_0);
+    }
+}
+
 /* Activation block: every quantized weight type is dotted against this one format.
  * s = d * sum(qs) lets the "+ m" of Q4_1/Q5_1 and the "- 8"/"- 16" offsets cost one multiply a block. */
 typedef struct { float d; float s; int8_t qs[QK]; } block_q8x;

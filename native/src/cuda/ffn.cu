@@ -79,15 +79,6 @@ __device__ inline float block_weight(uint32_t type, const uint8_t *b, int j) {
     }
 }
 
-__device__ inline size_t block_bytes(uint32_t type) {
-    switch (type) {
-    case PI_TYPE_Q4_0: return sizeof(block_q4_0);
-    case PI_TYPE_Q4_1: return sizeof(block_q4_1);
-    case PI_TYPE_Q5_0: return sizeof(block_q5_0);
-    case PI_TYPE_Q5_1: return sizeof(block_q5_1);
-    default: return sizeof(block_q8_0);
-    }
-}
 
 __device__ inline int is_float(uint32_t type) { return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
 
@@ -97,7 +88,7 @@ __device__ inline float row_weight(const dev_weight &w, const uint8_t *row, int 
     case PI_TYPE_F32: return reinterpret_cast<const float *>(row)[i];
     case PI_TYPE_F16: return f16(row + 2 * i);
     case PI_TYPE_BF16: return __uint_as_float((uint32_t)(row[2 * i] | row[2 * i + 1] << 8) << 16);
-    default: return block_weight(w.type, row + (size_t)(i / 32) * block_bytes(w.type), i % 32);
+    default: return block_weight(w.type, row + (size_t)(i / 32) * pi_block_bytes((int)w.type), i % 32);
     }
 }
 
@@ -109,7 +100,7 @@ __device__ float warp_dot(const dev_weight &w, int64_t r, const float *x) {
     if (is_float(w.type)) {
         for (int i = lane; i < n; i += 32) s += row_weight(w, row, i) * x[i];
     } else {
-        const size_t bb = block_bytes(w.type);
+        const size_t bb = pi_block_bytes((int)w.type);
         for (int b = lane; b < n / 32; b += 32)
             for (int j = 0; j < 32; j++) s += block_weight(w.type, row + b * bb, j) * x[b * 32 + j];
     }
@@ -185,9 +176,12 @@ static int upload_floats(float **d, const float *host, int n, char *err, size_t 
     return 0;
 }
 
-static int supported(uint32_t t) {
-    return t == PI_TYPE_F32 || t == PI_TYPE_F16 || t == PI_TYPE_BF16 || t == PI_TYPE_Q4_0 || t == PI_TYPE_Q4_1 ||
-           t == PI_TYPE_Q5_0 || t == PI_TYPE_Q5_1 || t == PI_TYPE_Q8_0;
+// a weight the kernels can read: a float type, or a block type with whole blocks per row
+static int supported(const pi_cuda_weight *w) {
+    const uint32_t t = w->type;
+    if (t == PI_TYPE_F32 || t == PI_TYPE_F16 || t == PI_TYPE_BF16) return 1;
+    const int block = t == PI_TYPE_Q4_0 || t == PI_TYPE_Q4_1 || t == PI_TYPE_Q5_0 || t == PI_TYPE_Q5_1 || t == PI_TYPE_Q8_0;
+    return block && w->n_in % 32 == 0;
 }
 
 extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const pi_cuda_layer *layers,
@@ -212,7 +206,7 @@ extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const 
         if (!L->n_hot) continue;
         const pi_cuda_weight *ws[5] = { &src->fc1, &src->fc2, &src->gate, &src->up, &src->down_t };
         for (const pi_cuda_weight *w : ws)
-            if (!supported(w->type) || (!(w->type == PI_TYPE_F32 || w->type == PI_TYPE_F16 || w->type == PI_TYPE_BF16) && w->n_in % 32))
+            if (!supported(w))
                 return snprintf(err, err_len, "CUDA: layer %d: weight type %u is not supported on the device", il,
                                 w->type), -1;
         L->rank = (int32_t)src->fc1.n_rows;

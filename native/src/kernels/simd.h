@@ -32,15 +32,7 @@
 
 enum { MAX_TILE_ROWS = 4, MAX_TILE_TOKENS = 4 };
 
-INLINE size_t block_bytes(int type) {
-    switch (type) {
-    case PI_TYPE_Q4_0: return sizeof(block_q4_0);
-    case PI_TYPE_Q4_1: return sizeof(block_q4_1);
-    case PI_TYPE_Q5_0: return sizeof(block_q5_0);
-    case PI_TYPE_Q5_1: return sizeof(block_q5_1);
-    default: return sizeof(block_q8_0);
-    }
-}
+INLINE size_t block_bytes(int type) { return pi_block_bytes(type); }
 
 INLINE int is_float(int type) { return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
 
