@@ -116,3 +116,12 @@ def test_chat_formats_by_name(smollm2):
             smollm2.create_chat_completion(CONVERSATIONS[0], max_tokens=4)
     finally:
         smollm2.chat_format = old
+
+
+def test_openai_v1_types(smollm2):
+    openai_chat = pytest.importorskip("openai.types.chat")
+    out = smollm2.create_chat_completion_openai_v1(CONVERSATIONS[0], max_tokens=4, temperature=0.0)
+    assert isinstance(out, openai_chat.ChatCompletion) and out.choices[0].message.role == "assistant"
+    chunks = list(smollm2.create_chat_completion_openai_v1(CONVERSATIONS[0], max_tokens=4, temperature=0.0,
+                                                           stream=True))
+    assert all(isinstance(c, openai_chat.ChatCompletionChunk) for c in chunks)
