@@ -87,7 +87,11 @@ class Llama:
     ):
         self.verbose = verbose
         self.model_path = model_path
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # one native call and its bookkeeping at a time
+        # one completion at a time: held from a completion's start to its last chunk, released by
+        # whichever thread consumes that chunk (so a plain Lock, which has no owner)
+        self._session = threading.Lock()
+        self._session_thread: Optional[int] = None
         # pypowerinfer's own options: kernel_impl (0 auto, 1 scalar reference, 2 AVX2, 3 AVX-512);
         # ffn_act overrides the architecture's FFN activation (silu_glu, relu_glu, relu_relu_glu);
         # sparse: with a profiled model, True runs the predicted neurons only for generated tokens,
@@ -354,8 +358,6 @@ class Llama:
         room = self._n_ctx - len(prompt_tokens)
         max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        self._load_cached_prefix(prompt_tokens)
-        self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2**32))
         bias = {int(k): float(v) for k, v in logit_bias.items()} if logit_bias else None
         req = CompletionRequest(
             prompt_tokens=prompt_tokens, prompt_text=prompt_text, max_tokens=max_tokens,
@@ -368,8 +370,30 @@ class Llama:
                                logits_processor=logits_processor, stopping_criteria=stopping_criteria,
                                grammar=grammar, logit_bias=bias),
         )
-        chunks = run_completion(self, req)
-        return chunks if stream else next(chunks)
+        chunks = self._exclusive(req, seed)
+        if stream:
+            return chunks
+        try:
+            return next(chunks)
+        finally:
+            chunks.close()
+
+    def _exclusive(self, req: CompletionRequest, seed: Optional[int]) -> Iterator[dict]:
+        """The completion's chunks, with the model to itself: a completion from another thread
+        waits for this one to finish; one from the thread that is consuming it is refused."""
+        me = threading.get_ident()
+        if self._session.locked() and self._session_thread == me:
+            raise RuntimeError("this thread is still reading another completion of this Llama: finish or close "
+                               "that stream first")
+        self._session.acquire()
+        self._session_thread = me
+        try:
+            self._load_cached_prefix(req.prompt_tokens)
+            self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2**32))
+            yield from run_completion(self, req)
+        finally:
+            self._session_thread = None
+            self._session.release()
 
     def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any):
         return self.create_completion(prompt, *args, **kwargs)

@@ -31,7 +31,8 @@ print(json.dumps({"text": out["choices"][0]["text"], "chat": chat["object"], "st
 
 
 def test_llama_cpp_alias_runs_llama_cpp_code(smollm2_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ALIAS)] + [p for p in sys.path if p]))
+    # the alias ahead of site-packages (where the real llama_cpp is); the rest as this run has it
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(ALIAS), os.environ.get("PYTHONPATH")] if p))
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(smollm2_path)], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0, r.stderr

@@ -91,7 +91,7 @@ static int read_hparams(pi_model *m) {
     if (n_rot == 0) n_rot = head_dim;
     if (n_rot > head_dim || n_rot % 2)
         return pi_set_error(PI_ERR_FORMAT, "GGUF: rope dimension %u does not fit head size %u", n_rot, head_dim);
-    if (!(eps > 0.0f && eps < 1.0f) || !(base > 0.0f))
+    if (!(eps > 0.0f && eps < 1.0f) || !(base > 0.0f) || !isfinite(base) || !isfinite(factor))
         return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible norm epsilon %g or rope base %g", eps, base);
 
     gguf_str scaling = { "none", 4 };
