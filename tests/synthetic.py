@@ -20,9 +20,12 @@ from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, TokenType
 from gguf.quants import quant_shape_to_byte_shape, quantize
 
 WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
-# gguf-py has no numpy quantizer for K-quants; such tensors are written as all-zero
-# blocks (d = 0 decodes to zeros), a valid file for "unsupported type" tests.
-ZERO_FILLED_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+# Types the runtime does not run, written as all-zero blocks: valid files for "unsupported type" tests.
+ZERO_FILLED_TYPES = ("IQ4_NL",)
+# gguf-py has no numpy quantizer for K-quants: their blocks are random bytes, with the fp16
+# super-block scales (at these byte offsets of each block) set to small finite values.
+K_SCALE_OFFSETS = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+K_TYPES = tuple(K_SCALE_OFFSETS)
 
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
 N_SPECIAL = 2
@@ -132,12 +135,28 @@ def _encoded_shape(t: _TensorPlan) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(quant_shape_to_byte_shape(t.shape, t.qtype)), np.dtype(np.uint8)
 
 
+def random_k_blocks(type_name: str, byte_shape, rng, std: float = 0.02) -> np.ndarray:
+    """Random K-quant blocks whose weights are of the order of std."""
+    from gguf.constants import GGML_QUANT_SIZES
+
+    block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][1]
+    data = rng.integers(0, 256, size=byte_shape, dtype=np.uint8)
+    blocks = data.reshape(-1, block_bytes)
+    # sub-block scales reach ~63 and quants ~31: scale the super-block factor so w ~ std
+    scale = (rng.uniform(0.2, 1.0, size=(blocks.shape[0], 1)) * std / 300.0).astype(np.float16)
+    for at in K_SCALE_OFFSETS[type_name]:
+        blocks[:, at:at + 2] = scale.view(np.uint8)
+    return data
+
+
 def _generate(t: _TensorPlan, seed: int) -> np.ndarray:
     shape, dtype = _encoded_shape(t)
     if t.qtype.name in ZERO_FILLED_TYPES:
         return np.zeros(shape, dtype)
     # Seeded by name, so omitting or adding a tensor leaves every other tensor unchanged.
     rng = np.random.default_rng([seed, zlib.crc32(t.name.encode())])
+    if t.qtype.name in K_SCALE_OFFSETS:
+        return random_k_blocks(t.qtype.name, shape, rng, t.std)
     x = rng.standard_normal(t.shape, dtype=np.float32) * np.float32(t.std)
     if t.is_norm:
         x += 1.0
@@ -395,7 +414,7 @@ def corrupt_variants(good_path, out_dir, **write_kwargs) -> list[tuple[str, str]
 
     Byte-level corruptions patch good_path itself. Semantic ones (valid GGUF, not a
     loadable llama for this runtime) are rewritten with write_llama_gguf(**write_kwargs),
-    so pass the kwargs good_path was written with. "type_q2_k" is valid for llama.cpp
+    so pass the kwargs good_path was written with. "type_iq4_nl" is valid for llama.cpp
     too; every other variant is rejected by it.
     """
     os.makedirs(out_dir, exist_ok=True)
@@ -405,12 +424,12 @@ def corrupt_variants(good_path, out_dir, **write_kwargs) -> list[tuple[str, str]
         path = os.path.join(out_dir, name + ".gguf")
         Path(path).write_bytes(data)
         out.append((name, path))
-    # Q2_K needs rows of 256 weights, so that variant gets n_ff = 256 for its ffn_down.
+    # IQ4_NL (a type llama.cpp runs and this runtime does not) on one weight
     semantic = {
         "missing_tensor": dict(omit_tensor="blk.0.ffn_up.weight"),
         "missing_key": dict(omit_key="llama.block_count"),
         "arch_mamba": dict(arch="mamba"),
-        "type_q2_k": dict(n_ff=256, tensor_types={"blk.0.ffn_down.weight": "Q2_K"}),
+        "type_iq4_nl": dict(tensor_types={"blk.0.ffn_down.weight": "IQ4_NL"}),
     }
     for name, overrides in semantic.items():
         path = os.path.join(out_dir, name + ".gguf")

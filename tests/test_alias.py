@@ -30,10 +30,12 @@ print(json.dumps({"text": out["choices"][0]["text"], "chat": chat["object"], "st
 '''
 
 
-def test_llama_cpp_alias_runs_llama_cpp_code(smollm2_path):
+def test_llama_cpp_alias_runs_llama_cpp_code(smollm2_path, tmp_path):
     # the alias ahead of site-packages (where the real llama_cpp is); the rest as this run has it
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(ALIAS), os.environ.get("PYTHONPATH")] if p))
+    # from an empty folder: `python -c` puts the working folder first on sys.path, and the
+    # repository's source folder must not stand in for the installed package
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(smollm2_path)], capture_output=True, text=True, env=env,
-                       timeout=300)
+                       timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert '"chat": "chat.completion"' in r.stdout and '"state": true' in r.stdout

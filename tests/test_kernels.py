@@ -257,7 +257,8 @@ def test_row_bytes():
     assert lib.pi_type_row_bytes(QT.F16, 7) == 14
     assert lib.pi_type_row_bytes(QT.BF16, 7) == 14
     assert lib.pi_type_row_bytes(QT.Q8_0, 33) == 0  # not a whole number of blocks
-    assert lib.pi_type_row_bytes(QT.Q4_K, 256) == 0  # unsupported
+    assert lib.pi_type_row_bytes(QT.IQ4_NL, 256) == 0  # unsupported
+    assert lib.pi_type_row_bytes(QT.Q4_K, 512) == 288
     assert lib.pi_type_row_bytes(1000, 32) == 0
 
 
@@ -266,8 +267,8 @@ def test_errors():
     x = np.zeros(64, np.float32)
     y = np.zeros(64, np.float32)
     xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)
-    with pytest.raises(UnsupportedError, match="q4_K"):
-        check(lib.pi_kernel_matmul(QT.Q4_K, 0, ffi.from_buffer(w), 1, 256, xp, 1, yp))
+    with pytest.raises(UnsupportedError, match="iq4_nl"):
+        check(lib.pi_kernel_matmul(QT.IQ4_NL, 0, ffi.from_buffer(w), 1, 256, xp, 1, yp))
     with pytest.raises(UnsupportedError, match="type 77"):
         check(lib.pi_kernel_dequant(77, 0, ffi.from_buffer(w), 32, yp))
     with pytest.raises(ValueError, match="multiple"):
@@ -297,8 +298,8 @@ def test_axpy_rows_errors():
         check(lib.pi_kernel_axpy_rows(QT.Q8_0, 0, wp, 4, 64, bad, ap, 4, yp))
     with pytest.raises(ValueError, match="rows"):  # no row list: n rows must exist
         check(lib.pi_kernel_axpy_rows(QT.Q8_0, 0, wp, 3, 64, ffi.NULL, ap, 4, yp))
-    with pytest.raises(UnsupportedError, match="q4_K"):
-        check(lib.pi_kernel_axpy_rows(QT.Q4_K, 0, wp, 4, 256, rows, ap, 4, yp))
+    with pytest.raises(UnsupportedError, match="iq4_nl"):
+        check(lib.pi_kernel_axpy_rows(QT.IQ4_NL, 0, wp, 4, 256, rows, ap, 4, yp))
     with pytest.raises(UnsupportedError, match="type 77"):
         check(lib.pi_kernel_axpy_rows(77, 0, wp, 4, 64, rows, ap, 4, yp))
     with pytest.raises(ValueError, match="multiple"):

@@ -18,7 +18,7 @@ EXPECTED_WORDS = {
     "missing_tensor": "blk.0.ffn_up.weight",
     "missing_key": "llama.block_count",
     "arch_mamba": "mamba",
-    "type_q2_k": "q2_k",
+    "type_iq4_nl": "iq4_nl",
     "wrong_shape_ffn_up": "ffn_up",
 }
 
@@ -51,8 +51,8 @@ def test_every_corrupt_variant_raises_a_clear_error(variants):
 
 def test_unsupported_type_is_named(variants):
     _, bad = variants
-    path = dict(bad)["type_q2_k"]
-    with pytest.raises(UnsupportedError, match="(?i)q2_k"):
+    path = dict(bad)["type_iq4_nl"]
+    with pytest.raises(UnsupportedError, match="(?i)iq4_nl"):
         Llama(path, verbose=False)
 
 

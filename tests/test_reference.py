@@ -153,7 +153,7 @@ def test_corrupt_variants_rejected_by_llama_cpp(tmp_path):
     # In a child process: a loader bug on hostile input must not take pytest down.
     result = subprocess.run([sys.executable, "-c", _LOAD_EACH, json.dumps([(n, str(p)) for n, p in variants])],
                             capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(result.stdout) == ["type_q2_k"]  # valid for llama.cpp, only unsupported here
+    assert json.loads(result.stdout) == ["type_iq4_nl"]  # valid for llama.cpp, only unsupported here
 
 
 @pytest.mark.parametrize("kwargs", [dict(omit_tensor="blk.1.ffn_down.weight"), dict(arch="mamba")])

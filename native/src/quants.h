@@ -15,6 +15,11 @@ typedef enum {
     PI_TYPE_Q5_0 = 6,
     PI_TYPE_Q5_1 = 7,
     PI_TYPE_Q8_0 = 8,
+    PI_TYPE_Q2_K = 10, /* K-quants: 256-weight super-blocks (kernels/kquants.c) */
+    PI_TYPE_Q3_K = 11,
+    PI_TYPE_Q4_K = 12,
+    PI_TYPE_Q5_K = 13,
+    PI_TYPE_Q6_K = 14,
     PI_TYPE_BF16 = 30,
     PI_TYPE_COUNT = 40 /* size of per-type tables; ids above are unsupported */
 } pi_type;

@@ -164,4 +164,5 @@ static void dequant(int type, const void *row, float *y, int n) { pi_ref_dequant
 void pi_kernels_ref(pi_kernels *k) {
     memset(k, 0, sizeof *k);
     fill_table(k, "ref");
+    pi_kernels_kquants(k);
 }

@@ -1,0 +1,164 @@
+/* kquants.c - ggml's K-quants (Q2_K .. Q6_K): 256-weight super-blocks with 16 or 8 sub-block
+ * scales. Scalar: each super-block is decoded to floats and used against float activations
+ * (no SIMD tier has K-quant kernels yet; every tier uses these entries). */
+#include <string.h>
+
+#include "ref.h"
+
+enum { QK_K = 256 };
+
+static float f16_at(const uint8_t *p) { return pi_fp16_to_f32((pi_fp16)(p[0] | p[1] << 8)); }
+
+/* 2-bit fields, as Q2_K and Q3_K keep them: weight h*128 + s*32 + j is bits 2s..2s+1 of
+ * byte h*32 + j of qs. */
+static int crumb(const uint8_t *qs, int i) {
+    const int h = i / 128, s = (i % 128) / 32, j = i % 32;
+    return (qs[h * 32 + j] >> (2 * s)) & 3;
+}
+
+/* Q4_K / Q5_K sub-block scales and mins: 6 bits each, packed into 12 bytes. */
+static void scale_min_k4(const uint8_t *s, int l, int *sc, int *m) {
+    if (l < 4) {
+        *sc = s[l] & 63;
+        *m = s[l + 4] & 63;
+    } else {
+        *sc = (s[l + 4] & 15) | ((s[l - 4] >> 2) & 0x30);
+        *m = (s[l + 4] >> 4) | ((s[l] >> 2) & 0x30);
+    }
+}
+
+/* Q4_K/Q5_K: weight i of sub-block l = i / 32 is bits 4s..4s+3 of byte (l/2)*32 + i%32, s = l % 2 */
+static int nibble_k4(const uint8_t *qs, int i) {
+    const int l = i / 32, j = i % 32;
+    return (qs[(l / 2) * 32 + j] >> (4 * (l % 2))) & 15;
+}
+
+/* The 256 weights of one super-block. */
+static void decode_superblock(int type, const uint8_t *b, float *w) {
+    switch (type) {
+    case PI_TYPE_Q2_K: { /* scales[16] (scale | min << 4), qs[64], d, dmin */
+        const uint8_t *scales = b, *qs = b + 16;
+        const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+        for (int i = 0; i < QK_K; i++) {
+            const int l = i / 16;
+            w[i] = d * (float)(scales[l] & 15) * (float)crumb(qs, i) - dmin * (float)(scales[l] >> 4);
+        }
+        break;
+    }
+    case PI_TYPE_Q3_K: { /* hmask[32], qs[64], scales[12] (6-bit, offset 32), d */
+        const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
+        const float d = f16_at(b + 108);
+        for (int i = 0; i < QK_K; i++) {
+            const int k = i / 16;
+            const int scale = (((sc[k % 8] >> (4 * (k / 8))) & 15) | (((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4)) - 32;
+            const int high = (hmask[i % 32] >> (i / 32)) & 1; /* a clear bit subtracts 4 */
+            w[i] = d * (float)scale * (float)(crumb(qs, i) - (high ? 0 : 4));
+        }
+        break;
+    }
+    case PI_TYPE_Q4_K: { /* d, dmin, scales[12], qs[128] */
+        const float d = f16_at(b), dmin = f16_at(b + 2);
+        for (int i = 0; i < QK_K; i++) {
+            int sc, m;
+            scale_min_k4(b + 4, i / 32, &sc, &m);
+            w[i] = d * (float)sc * (float)nibble_k4(b + 16, i) - dmin * (float)m;
+        }
+        break;
+    }
+    case PI_TYPE_Q5_K: { /* d, dmin, scales[12], qh[32], qs[128] */
+        const float d = f16_at(b), dmin = f16_at(b + 2);
+        const uint8_t *qh = b + 16, *qs = b + 48;
+        for (int i = 0; i < QK_K; i++) {
+            int sc, m;
+            scale_min_k4(b + 4, i / 32, &sc, &m);
+            const int q = nibble_k4(qs, i) | ((qh[i % 32] >> (i / 32)) & 1) << 4;
+            w[i] = d * (float)sc * (float)q - dmin * (float)m;
+        }
+        break;
+    }
+    default: { /* PI_TYPE_Q6_K: ql[128], qh[64], scales[16] (int8), d */
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *scales = (const int8_t *)(b + 192);
+        const float d = f16_at(b + 208);
+        for (int i = 0; i < QK_K; i++) {
+            const int h = i / 128, r = i % 128;
+            const int low = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 15;
+            const int high = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
+            w[i] = d * (float)scales[i / 16] * (float)((low | high << 4) - 32);
+        }
+        break;
+    }
+    }
+}
+
+static size_t superblock_bytes(int type) { return (size_t)pi_type_get((uint32_t)type)->type_size; }
+
+static void dequant(int type, const void *row, float *y, int n) {
+    for (int s = 0; s < n / QK_K; s++) decode_superblock(type, (const uint8_t *)row + s * superblock_bytes(type), y + s * QK_K);
+}
+
+static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x, int nt,
+                   float *Y, int y_stride) {
+    float w[QK_K];
+    for (int i = 0; i < nr; i++) {
+        const uint8_t *row = pi_matmul_row(W, row_bytes, idx, r0, i);
+        for (int t = 0; t < nt; t++) Y[(size_t)t * y_stride + i] = 0.0f;
+        for (int s = 0; s < x.n / QK_K; s++) {
+            decode_superblock(type, row + s * superblock_bytes(type), w);
+            for (int t = 0; t < nt; t++) {
+                const float *xs = x.f + (size_t)t * x.n + s * QK_K;
+                float sum = 0.0f;
+                for (int j = 0; j < QK_K; j++) sum += w[j] * xs[j];
+                Y[(size_t)t * y_stride + i] += sum;
+            }
+        }
+    }
+}
+
+static void axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *rows, const float *a, int n, float *y,
+                      int d) {
+    float w[QK_K];
+    for (int j = 0; j < n; j++) {
+        if (a[j] == 0.0f) continue; /* ReLU zeros: the row is not read */
+        const uint8_t *row = pi_matmul_row(W, row_bytes, rows, 0, j);
+        for (int s = 0; s < d / QK_K; s++) {
+            decode_superblock(type, row + s * superblock_bytes(type), w);
+            for (int k = 0; k < QK_K; k++) y[s * QK_K + k] += a[j] * w[k];
+        }
+    }
+}
+
+/* one named entry per type, as table.h does for the 32-weight formats */
+static void matmul_q2_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q2_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q3_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q3_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q4_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q5_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void matmul_q6_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q6_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
+static void dequant_q2_k(const void *row, float *y, int n) { dequant(PI_TYPE_Q2_K, row, y, n); }
+static void dequant_q3_k(const void *row, float *y, int n) { dequant(PI_TYPE_Q3_K, row, y, n); }
+static void dequant_q4_k(const void *row, float *y, int n) { dequant(PI_TYPE_Q4_K, row, y, n); }
+static void dequant_q5_k(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_K, row, y, n); }
+static void dequant_q6_k(const void *row, float *y, int n) { dequant(PI_TYPE_Q6_K, row, y, n); }
+static void axpy_rows_q2_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q2_K, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q3_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q3_K, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q4_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_K, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q5_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_K, W, rb, rows, a, n, y, d); }
+static void axpy_rows_q6_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q6_K, W, rb, rows, a, n, y, d); }
+
+void pi_kernels_kquants(pi_kernels *k) {
+    k->matmul[PI_TYPE_Q2_K] = matmul_q2_k;
+    k->matmul[PI_TYPE_Q3_K] = matmul_q3_k;
+    k->matmul[PI_TYPE_Q4_K] = matmul_q4_k;
+    k->matmul[PI_TYPE_Q5_K] = matmul_q5_k;
+    k->matmul[PI_TYPE_Q6_K] = matmul_q6_k;
+    k->dequant[PI_TYPE_Q2_K] = dequant_q2_k;
+    k->dequant[PI_TYPE_Q3_K] = dequant_q3_k;
+    k->dequant[PI_TYPE_Q4_K] = dequant_q4_k;
+    k->dequant[PI_TYPE_Q5_K] = dequant_q5_k;
+    k->dequant[PI_TYPE_Q6_K] = dequant_q6_k;
+    k->axpy_rows[PI_TYPE_Q2_K] = axpy_rows_q2_k;
+    k->axpy_rows[PI_TYPE_Q3_K] = axpy_rows_q3_k;
+    k->axpy_rows[PI_TYPE_Q4_K] = axpy_rows_q4_k;
+    k->axpy_rows[PI_TYPE_Q5_K] = axpy_rows_q5_k;
+    k->axpy_rows[PI_TYPE_Q6_K] = axpy_rows_q6_k;
+}
