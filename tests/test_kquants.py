@@ -1,6 +1,7 @@
 """K-quant kernels (Q2_K .. Q6_K) against gguf-py's dequantization, on every tier's table
-(all tiers use the scalar K-quant entries), and a synthetic K-quant model against the numpy
-reference forward."""
+(all tiers use the scalar K-quant entries): dequant exactly, matmul as the dequantized weights
+times the activation rounded as llama.cpp's Q8_K; and a synthetic K-quant model against the
+numpy reference forward."""
 from __future__ import annotations
 
 import numpy as np
@@ -35,6 +36,18 @@ def test_dequant_matches_gguf(qtype, impl):
             np.testing.assert_allclose(kernel_dequant(qtype, impl, w[r], n), ref[r], rtol=1e-6, atol=1e-9)
 
 
+def q8k_round(x: np.ndarray) -> np.ndarray:
+    """llama.cpp's Q8_K activation rounding, per 256 values: the largest magnitude maps to -127."""
+    x = x.astype(np.float32).reshape(-1, 256)
+    at = np.argmax(np.abs(x), axis=1)
+    mx = x[np.arange(len(x)), at]
+    safe = np.where(mx == 0, np.float32(1), mx)
+    iscale = (np.float32(-127.0) / safe).astype(np.float32)
+    q = np.minimum(np.rint(iscale[:, None] * x), 127).astype(np.float32)
+    out = (np.float32(1.0) / iscale)[:, None] * q
+    return np.where(mx[:, None] == 0, 0, out).reshape(-1)
+
+
 @pytest.mark.parametrize("impl", list(IMPLS))
 @pytest.mark.parametrize("qtype", K_TYPES)
 def test_matmul_matches_dequantized_weights(qtype, impl):
@@ -45,7 +58,8 @@ def test_matmul_matches_dequantized_weights(qtype, impl):
             w, ref = k_rows(qtype, rows, n, rows * n)
             x = rng.standard_normal((nt, n)).astype(np.float32)
             y = kernel_matmul(qtype, impl, w, rows, n, x)
-            expected = x.astype(np.float64) @ ref.T
+            xr = np.stack([q8k_round(row) for row in x]).astype(np.float64)
+            expected = xr @ ref.T
             bound = np.abs(x).astype(np.float64) @ np.abs(ref).T
             assert np.all(np.abs(y - expected) <= 1e-5 * bound + 1e-12), qtype
 
@@ -74,5 +88,6 @@ def test_k_quant_model_matches_the_reference(qtype, tmp_path):
         llm.eval(tokens)
         ours = np.array(llm.scores[: len(tokens)])
     stats = compare_logits(ReferenceModel(path).forward(tokens), ours)
-    # K-quant matmuls use float activations; only the Q8_0 output matrix quantizes them to 8 bits
-    assert stats["kl_mean"] < 1e-3 and stats["top1"] >= 0.85, (qtype, stats)
+    # the wiring, not the numerics (the kernel tests above check those exactly): 8-bit activations
+    # (Q8_K for the K weights) against a float forward move a random model's sharp logits a little
+    assert stats["kl_mean"] < 0.1 and stats["top1"] >= 0.85, (qtype, stats)

@@ -41,8 +41,8 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .q = (size_t)B * q_dim,
         .k = (size_t)B * kv_dim,
         .gate = (size_t)B * h->n_ff,
-        .rope = (size_t)B * (size_t)h->n_rot,
-        .inv_freq = (size_t)h->n_rot / 2,
+        .rope = 2 * (size_t)B * (size_t)h->n_rot, /* global and local (sliding-window) layers */
+        .inv_freq = (size_t)h->n_rot,
         .att = (size_t)n_threads * n_ctx,
         .out_x = (size_t)B * h->n_embd,
         .out_q = (size_t)B * ((size_t)(h->n_embd + QK - 1) / QK),
@@ -177,10 +177,12 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
     }
     /* theta_i = pos * base^(-2i/n_rot) * freq_scale, divided by rope_freqs when the model has them */
+    /* the local layers' rope (gemma3) has its own base and no scaling */
     for (int i = 0; i < h->n_rot / 2; i++) {
         double f = pow((double)h->rope_freq_base, -2.0 * i / h->n_rot) * h->rope_freq_scale;
         if (m->rope_freqs) f /= m->rope_freqs[i];
         c->inv_freq[i] = (float)f;
+        c->inv_freq[h->n_rot / 2 + i] = m->swa_window ? (float)pow((double)m->rope_base_local, -2.0 * i / h->n_rot) : (float)f;
     }
     int rc = pi_threadpool_new(pool_size, &c->pool);
     if (!rc) rc = start_split(c);

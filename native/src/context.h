@@ -26,8 +26,8 @@ struct pi_context {
     float *q;           /* [B][q_dim] */
     float *k, *v;       /* [B][kv_dim]   new keys/values before they enter the cache */
     float *gate, *up;   /* [B][n_ff]     gate is overwritten with the activation product */
-    float *rope_cs;     /* [B][n_rot/2][2] cos, sin per token */
-    float *inv_freq;    /* [n_rot/2] */
+    float *rope_cs;     /* [2][B][n_rot/2][2] cos, sin per token: global layers, then local ones */
+    float *inv_freq;    /* [2][n_rot/2] */
     float *att;         /* [n_threads][n_ctx] attention scores, one row per thread */
     float *delta;       /* [B][n_embd]   output of attention or FFN before the residual add */
     float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */

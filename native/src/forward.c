@@ -87,7 +87,7 @@ static void matmul(pi_context *c, pi_act x, int nt, const mm_target *targets, in
 
 typedef struct {
     pi_context *c;
-    int layer, n, pos0;
+    int layer, n, pos0, local;
     float *out; /* [n][q_dim] */
 } attn_task;
 
@@ -103,18 +103,20 @@ static void attn_worker(void *arg, int ith, int nth) {
     float *att = c->att + (size_t)ith * c->n_ctx;
     for (int item = ith; item < a->n * n_head; item += nth) {
         const int t = item / n_head, h = item % n_head, n_kv = a->pos0 + t + 1; /* causal: keys 0..pos */
+        /* a local layer sees only the last swa_window positions */
+        const int first = a->local && n_kv > m->swa_window ? n_kv - m->swa_window : 0;
         const float *q = c->q + (size_t)t * q_dim + (size_t)h * hd;
         const pi_fp16 *k = k_layer + (size_t)(h / group) * hd, *v = v_layer + (size_t)(h / group) * hd;
         float max = -INFINITY;
-        for (int p = 0; p < n_kv; p++) {
+        for (int p = first; p < n_kv; p++) {
             att[p] = c->vec.dot_f16(q, k + (size_t)p * kv_dim, hd) * scale;
             if (att[p] > max) max = att[p];
         }
-        const float inv_sum = 1.0f / c->vec.exp_sub_sum(att, max, n_kv);
+        const float inv_sum = 1.0f / c->vec.exp_sub_sum(att + first, max, n_kv - first);
         float *out = a->out + (size_t)t * q_dim + (size_t)h * hd;
         memset(out, 0, (size_t)hd * sizeof(float));
         /* probabilities rounded to f16 as llama.cpp's f16 KQ·V product does */
-        for (int p = 0; p < n_kv; p++)
+        for (int p = first; p < n_kv; p++)
             c->vec.axpy_f16(pi_fp16_to_f32(pi_f32_to_fp16(att[p] * inv_sum)), v + (size_t)p * kv_dim, out, hd);
     }
 }
@@ -147,28 +149,34 @@ static void add_bias(float *y, const float *b, int n, int dim) {
         for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
 }
 
-/* cos/sin of every rotated pair for each token of the step, shared by all layers */
+/* cos/sin of every rotated pair for each token of the step, shared by all layers; a second
+ * table for the local layers' base when the model has them */
 static void rope_table(pi_context *c, int pos0, int n) {
-    const int half = c->model->info.n_rot / 2;
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < half; i++) {
-            const float theta = (float)(pos0 + t) * c->inv_freq[i];
-            c->rope_cs[((size_t)t * half + i) * 2] = cosf(theta);
-            c->rope_cs[((size_t)t * half + i) * 2 + 1] = sinf(theta);
-        }
+    const int half = c->model->info.n_rot / 2, tables = c->model->swa_window ? 2 : 1;
+    for (int k = 0; k < tables; k++)
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < half; i++) {
+                const float theta = (float)(pos0 + t) * c->inv_freq[k * half + i];
+                float *cs = c->rope_cs + (((size_t)k * c->n_batch + t) * half + i) * 2;
+                cs[0] = cosf(theta);
+                cs[1] = sinf(theta);
+            }
 }
 
-/* llama's "normal" RoPE: rotate adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each head */
-static void rope(const pi_context *c, float *x, int n_heads, int n) {
+/* RoPE on the first n_rot dims of each head: llama's "normal" form rotates adjacent pairs
+ * (x[2i], x[2i+1]), the NeoX form (gemma) pairs (x[i], x[i + n_rot/2]) */
+static void rope(const pi_context *c, float *x, int n_heads, int n, int local) {
     const int hd = c->model->head_dim, half = c->model->info.n_rot / 2;
+    const int step = c->model->rope_neox ? 1 : 2, other = c->model->rope_neox ? half : 1;
     for (int t = 0; t < n; t++) {
-        const float *cs = c->rope_cs + (size_t)t * half * 2;
+        const float *cs = c->rope_cs + ((size_t)local * c->n_batch + t) * half * 2;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((size_t)t * n_heads + h) * hd;
             for (int i = 0; i < half; i++) {
-                const float x0 = v[2 * i], x1 = v[2 * i + 1], cos = cs[2 * i], sin = cs[2 * i + 1];
-                v[2 * i] = x0 * cos - x1 * sin;
-                v[2 * i + 1] = x0 * sin + x1 * cos;
+                float *a = v + i * step, *b = a + other;
+                const float x0 = *a, x1 = *b, cos = cs[2 * i], sin = cs[2 * i + 1];
+                *a = x0 * cos - x1 * sin;
+                *b = x0 * sin + x1 * cos;
             }
         }
     }
@@ -179,6 +187,15 @@ static void round_to_f16(const pi_context *c, float *x, int n) {
 }
 
 /* g = act(g, u) over count values: SwiGLU, or the ReLU forms of ReluLLaMA / ProSparse and dReLU */
+/* GELU in its tanh form, as ggml's CPU backend computes it: from a table over f16 inputs (the
+ * input rounded to f16, the result stored in f16), saturated outside [-10, 10]. */
+static float gelu_as_ggml(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float h = pi_fp16_to_f32(pi_f32_to_fp16(x));
+    return pi_fp16_to_f32(pi_f32_to_fp16(0.5f * h * (1.0f + tanhf(0.7978845608f * h * (1.0f + 0.044715f * h * h)))));
+}
+
 void pi_activate(const pi_context *c, float *g, const float *u, size_t count) {
     switch (c->model->info.ffn_act) {
     case PI_ACT_RELU_GLU:
@@ -186,6 +203,9 @@ void pi_activate(const pi_context *c, float *g, const float *u, size_t count) {
         break;
     case PI_ACT_RELU_RELU_GLU:
         for (size_t i = 0; i < count; i++) g[i] = (g[i] > 0.0f ? g[i] : 0.0f) * (u[i] > 0.0f ? u[i] : 0.0f);
+        break;
+    case PI_ACT_GELU_GLU:
+        for (size_t i = 0; i < count; i++) g[i] = gelu_as_ggml(g[i]) * u[i];
         break;
     default:
         c->vec.silu_mul(g, u, g, (int)count);
@@ -282,6 +302,8 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     for (int t = 0; t < n; t++)
         c->kern.dequant[m->token_embd.type](m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes,
                                             c->x + (size_t)t * d, d);
+    if (m->embd_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
     rope_table(c, pos0, n);
 
     for (int il = 0; il < h->n_layer; il++) {
@@ -295,15 +317,17 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         add_bias(c->q, L->attn_q_b, n, q_dim);
         add_bias(c->k, L->attn_k_b, n, kv_dim);
         add_bias(c->v, L->attn_v_b, n, kv_dim);
-        rope(c, c->q, h->n_head, n);
-        rope(c, c->k, h->n_head_kv, n);
+        if (L->attn_q_norm) rmsnorm(c, c->q, L->attn_q_norm, c->q, n * h->n_head, hd); /* per head */
+        if (L->attn_k_norm) rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
+        rope(c, c->q, h->n_head, n, L->local);
+        rope(c, c->k, h->n_head_kv, n, L->local);
         const size_t cache_at = ((size_t)il * c->n_ctx + (size_t)pos0) * kv_dim;
         c->vec.to_f16(c->k, c->k_cache + cache_at, n * kv_dim);
         c->vec.to_f16(c->v, c->v_cache + cache_at, n * kv_dim);
         round_to_f16(c, c->q, n * q_dim); /* llama.cpp multiplies q with the f16 keys in f16 */
 
         /* softmax(q k^T / sqrt(hd)) v per head over positions 0..pos, into xn */
-        attn_task at = { c, il, n, pos0, c->xn };
+        attn_task at = { c, il, n, pos0, L->local, c->xn };
         pi_threadpool_run(c->pool, attn_worker, &at, nth);
 
         /* x += attn_output(attention) */
@@ -311,6 +335,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         const mm_target o = { &L->attn_output, c->delta };
         matmul(c, a, n, &o, 1);
         add_bias(c->delta, L->attn_output_b, n, d);
+        if (L->post_attn_norm) rmsnorm(c, c->delta, L->post_attn_norm, c->delta, n, d);
         c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
 
         /* FFN: x += down(act(gate(xn), up(xn))), over the predicted neurons when sparse */
@@ -327,6 +352,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
             ffn_dense(c, L, il, n, a);
         }
         add_bias(c->delta, L->ffn_down_b, n, d);
+        if (L->post_ffn_norm) rmsnorm(c, c->delta, L->post_ffn_norm, c->delta, n, d);
         c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
     }
 

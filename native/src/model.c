@@ -14,9 +14,10 @@
 static const struct { const char *arch; int ffn_act; } ARCHS[] = {
     { "llama", PI_ACT_SILU_GLU },
     { "bamboo", PI_ACT_RELU_RELU_GLU }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
+    { "gemma3", PI_ACT_GELU_GLU },
 };
 
-static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu" };
+static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu", "gelu_glu" };
 
 /* The FFN activation: the architecture's, except that PowerInfer's own (PWRI) llama files are
  * ReluLLaMA/ProSparse models, and powerinfer.activation, when present, says it outright. */
@@ -62,7 +63,28 @@ static int read_arch(pi_model *m) {
             m->info.ffn_act = ARCHS[i].ffn_act;
             return PI_OK;
         }
-    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama, bamboo)", m->arch);
+    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama, bamboo, gemma3)", m->arch);
+}
+
+/* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
+ * and post-norms (bound with the tensors), GELU GLU, and five local (sliding-window) layers to
+ * one global, the local ones with their own rope base, as llama.cpp runs it. */
+static int read_traits(pi_model *m) {
+    m->embd_scale = 1.0f;
+    if (strcmp(m->arch, "gemma3") != 0) return PI_OK;
+    uint32_t window = 512;
+    float local_base = 10000.0f;
+    int rc;
+    if ((rc = arch_key_u32(m, "attention.sliding_window", 0, &window)) ||
+        (rc = arch_key_f32(m, "rope.freq_base_swa", 0, &local_base)))
+        return rc;
+    if (window == 0 || !(local_base > 0.0f) || !isfinite(local_base))
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible sliding window %u or local rope base %g", window, local_base);
+    m->embd_scale = sqrtf((float)m->info.n_embd);
+    m->rope_neox = 1;
+    m->swa_window = (int32_t)window;
+    m->rope_base_local = local_base;
+    return PI_OK;
 }
 
 static int read_hparams(pi_model *m) {
@@ -116,7 +138,7 @@ static int read_hparams(pi_model *m) {
     h->rope_freq_base = base;
     h->rope_freq_scale = freq_scale;
     m->head_dim = (int32_t)head_dim;
-    return PI_OK;
+    return read_traits(m);
 }
 
 /* Bind a 2-D weight named `name` of ne {n_in, n_out}; absent optional tensors leave w->data NULL. */
@@ -200,11 +222,13 @@ static int bind_tensors(pi_model *m) {
         m->output = m->token_embd;
         m->info.tied_output = 1;
     }
-    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_layer * (size_t)(4 * d + q_dim + 2 * kv_dim + 3 * h->n_ff);
+    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 +
+                      (size_t)h->n_layer * (size_t)(6 * d + q_dim + 2 * kv_dim + 3 * h->n_ff + 2 * m->head_dim);
     m->vectors = malloc(n_floats * sizeof(float));
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
     float *cur = m->vectors;
+    const int gemma = strcmp(m->arch, "gemma3") == 0;
     if ((rc = bind_vector(m, &m->output_norm, &cur, "output_norm.weight", d, 1)) ||
         (rc = bind_vector(m, &m->rope_freqs, &cur, "rope_freqs.weight", h->n_rot / 2, 0)))
         return rc;
@@ -231,8 +255,13 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_predictor(m, L, il)) ||
             (rc = bind_vector(m, &L->ffn_gate_b, &cur, NAME("ffn_gate.bias"), h->n_ff, 0)) ||
             (rc = bind_vector(m, &L->ffn_up_b, &cur, NAME("ffn_up.bias"), h->n_ff, 0)) ||
-            (rc = bind_vector(m, &L->ffn_down_b, &cur, NAME("ffn_down.bias"), d, 0)))
+            (rc = bind_vector(m, &L->ffn_down_b, &cur, NAME("ffn_down.bias"), d, 0)) ||
+            (rc = bind_vector(m, &L->attn_q_norm, &cur, NAME("attn_q_norm.weight"), m->head_dim, gemma)) ||
+            (rc = bind_vector(m, &L->attn_k_norm, &cur, NAME("attn_k_norm.weight"), m->head_dim, gemma)) ||
+            (rc = bind_vector(m, &L->post_attn_norm, &cur, NAME("post_attention_norm.weight"), d, gemma)) ||
+            (rc = bind_vector(m, &L->post_ffn_norm, &cur, NAME("post_ffw_norm.weight"), d, gemma)))
             return rc;
+        L->local = m->swa_window > 0 && (il + 1) % 6 != 0; /* gemma3: every sixth layer is global */
 #undef NAME
     }
     m->has_predictors = 1;
@@ -258,7 +287,7 @@ PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **ou
         if (!rc) rc = read_hparams(m);
         if (!rc) rc = bind_tensors(m);
         if (!rc && params.ffn_act >= 0) {
-            if (params.ffn_act > PI_ACT_RELU_RELU_GLU)
+            if (params.ffn_act > PI_ACT_GELU_GLU)
                 rc = pi_set_error(PI_ERR_UNSUPPORTED, "FFN activation %d is not supported", params.ffn_act);
             m->info.ffn_act = params.ffn_act;
         }

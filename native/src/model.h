@@ -21,6 +21,9 @@ typedef struct {
     pi_weight ffn_gate, ffn_up;                         /* n_embd -> n_ff, one row per FFN neuron */
     pi_weight ffn_down;                                 /* n_ff -> n_embd */
     float *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b; /* optional biases, NULL when absent */
+    float *attn_q_norm, *attn_k_norm;   /* [head_dim] RMSNorm of each head of q and k (gemma3), or NULL */
+    float *post_attn_norm, *post_ffn_norm; /* [n_embd] RMSNorm of the attention / FFN output before the residual */
+    int local;              /* sliding-window attention, with the local rope base (gemma3) */
 
     /* activation sparsity, from files written by convert/add_profile.py or PowerInfer */
     pi_weight fc1;          /* predictor, n_embd -> rank */
@@ -41,6 +44,11 @@ struct pi_model {
     float *output_norm;     /* [n_embd] */
     pi_weight output;       /* n_embd -> n_vocab; token_embd when tied */
     float *rope_freqs;      /* optional per-pair divisors of theta (llama 3.1 scaling), [n_rot/2] */
+    /* what an architecture changes in the llama block */
+    float embd_scale;       /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
+    int rope_neox;          /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
+    int32_t swa_window;     /* local layers attend to the last swa_window positions */
+    float rope_base_local;  /* rope base of the local layers */
     pi_layer *layers;       /* [n_layer] */
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
     int32_t max_rank;       /* largest predictor rank over the layers */

@@ -1,6 +1,7 @@
 /* kquants.c - ggml's K-quants (Q2_K .. Q6_K): 256-weight super-blocks with 16 or 8 sub-block
- * scales. Scalar: each super-block is decoded to floats and used against float activations
- * (no SIMD tier has K-quant kernels yet; every tier uses these entries). */
+ * scales. Scalar: each super-block is decoded to floats and dotted with the activation rounded
+ * as llama.cpp's Q8_K would (no SIMD tier has K-quant kernels yet; every tier uses these). */
+#include <math.h>
 #include <string.h>
 
 #include "ref.h"
@@ -97,19 +98,45 @@ static void dequant(int type, const void *row, float *y, int n) {
     for (int s = 0; s < n / QK_K; s++) decode_superblock(type, (const uint8_t *)row + s * superblock_bytes(type), y + s * QK_K);
 }
 
+/* The activation as llama.cpp's K-quant dot products see it: each 256 values quantized to 8
+ * bits (Q8_K: the value of largest magnitude maps to -127, round to nearest even), here kept
+ * as the floats d * q. */
+static void q8k_round(const float *x, float *out) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK_K; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    if (amax == 0.0f) {
+        memset(out, 0, QK_K * sizeof(float));
+        return;
+    }
+    const float iscale = -127.0f / max, d = 1.0f / iscale;
+    for (int j = 0; j < QK_K; j++) {
+        const float q = nearbyintf(iscale * x[j]);
+        out[j] = d * (q < 127.0f ? q : 127.0f);
+    }
+}
+
+enum { K_TOKENS = 16 }; /* tokens whose rounded activations are held at once (16 KiB) */
+
 static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x, int nt,
                    float *Y, int y_stride) {
-    float w[QK_K];
-    for (int i = 0; i < nr; i++) {
-        const uint8_t *row = pi_matmul_row(W, row_bytes, idx, r0, i);
-        for (int t = 0; t < nt; t++) Y[(size_t)t * y_stride + i] = 0.0f;
+    float w[QK_K], xs[K_TOKENS][QK_K];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < nr; i++) Y[(size_t)t * y_stride + i] = 0.0f;
+    for (int t0 = 0; t0 < nt; t0 += K_TOKENS) {
+        const int tn = nt - t0 < K_TOKENS ? nt - t0 : K_TOKENS;
         for (int s = 0; s < x.n / QK_K; s++) {
-            decode_superblock(type, row + s * superblock_bytes(type), w);
-            for (int t = 0; t < nt; t++) {
-                const float *xs = x.f + (size_t)t * x.n + s * QK_K;
-                float sum = 0.0f;
-                for (int j = 0; j < QK_K; j++) sum += w[j] * xs[j];
-                Y[(size_t)t * y_stride + i] += sum;
+            for (int t = 0; t < tn; t++) q8k_round(x.f + (size_t)(t0 + t) * x.n + s * QK_K, xs[t]);
+            for (int i = 0; i < nr; i++) {
+                decode_superblock(type, pi_matmul_row(W, row_bytes, idx, r0, i) + s * superblock_bytes(type), w);
+                for (int t = 0; t < tn; t++) {
+                    float sum = 0.0f;
+                    for (int j = 0; j < QK_K; j++) sum += w[j] * xs[t][j];
+                    Y[(size_t)(t0 + t) * y_stride + i] += sum;
+                }
             }
         }
     }
