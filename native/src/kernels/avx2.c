@@ -133,5 +133,9 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
 /* ---- the table ---- */
 
 #include "table.h"
+#include "kquants.h"
 
-void pi_kernels_avx2(pi_kernels *k) { fill_table(k, "avx2"); }
+void pi_kernels_avx2(pi_kernels *k) {
+    fill_table(k, "avx2");
+    fill_kquants(k);
+}

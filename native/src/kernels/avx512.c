@@ -167,5 +167,9 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
 /* ---- the table ---- */
 
 #include "table.h"
+#include "kquants.h"
 
-void pi_kernels_avx512(pi_kernels *k) { fill_table(k, "avx512"); }
+void pi_kernels_avx512(pi_kernels *k) {
+    fill_table(k, "avx512");
+    fill_kquants(k);
+}

@@ -44,6 +44,5 @@ int pi_kernels_init(pi_kernels *k, int impl);
 void pi_kernels_ref(pi_kernels *k);
 void pi_kernels_avx2(pi_kernels *k);   /* overrides entries of a ref-filled table */
 void pi_kernels_avx512(pi_kernels *k); /* overrides entries of an avx2-filled table */
-void pi_kernels_kquants(pi_kernels *k); /* the K-quant entries (scalar), part of the ref table */
 
 #endif

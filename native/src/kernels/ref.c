@@ -160,9 +160,10 @@ static void axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *
 static void dequant(int type, const void *row, float *y, int n) { pi_ref_dequant(type, row, y, n); }
 
 #include "table.h"
+#include "kquants.h"
 
 void pi_kernels_ref(pi_kernels *k) {
     memset(k, 0, sizeof *k);
     fill_table(k, "ref");
-    pi_kernels_kquants(k);
+    fill_kquants(k);
 }
