@@ -32,23 +32,24 @@ def llama_cpp():
     return module
 
 
-@pytest.fixture(scope="session")
-def smollm2(smollm2_path):
-    """One shared pypowerinfer model for the read-only tests (loading costs ~0.3 s)."""
-    from pypowerinfer import Llama
-
-    llm = Llama(str(smollm2_path), n_ctx=1024, n_threads=2, n_threads_batch=2, logits_all=True, verbose=False)
+def _shared(engine, path, n_ctx: int):
+    """A session-wide model for the read-only tests: pypowerinfer's or llama-cpp-python's Llama."""
+    llm = engine(str(path), n_ctx=n_ctx, n_threads=2, n_threads_batch=2, logits_all=True, verbose=False)
     yield llm
     llm.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path):
+    from pypowerinfer import Llama
+
+    yield from _shared(Llama, smollm2_path, 1024)
 
 
 @pytest.fixture(scope="session")
 def smollm2_ref(smollm2_path, llama_cpp):
     """The same model in llama-cpp-python."""
-    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=1024, n_threads=2, n_threads_batch=2, logits_all=True,
-                          verbose=False)
-    yield llm
-    llm.close()
+    yield from _shared(llama_cpp.Llama, smollm2_path, 1024)
 
 
 @pytest.fixture(scope="session")
@@ -68,14 +69,9 @@ def gemma3_path() -> Path:
 def gemma3(gemma3_path):
     from pypowerinfer import Llama
 
-    llm = Llama(str(gemma3_path), n_ctx=512, n_threads=2, n_threads_batch=2, logits_all=True, verbose=False)
-    yield llm
-    llm.close()
+    yield from _shared(Llama, gemma3_path, 512)
 
 
 @pytest.fixture(scope="session")
 def gemma3_ref(gemma3_path, llama_cpp):
-    llm = llama_cpp.Llama(str(gemma3_path), n_ctx=512, n_threads=2, n_threads_batch=2, logits_all=True,
-                          verbose=False)
-    yield llm
-    llm.close()
+    yield from _shared(llama_cpp.Llama, gemma3_path, 512)

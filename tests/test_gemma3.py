@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from reference import compare_logits
-from test_forward import NEAR_TIE, greedy, real_text, teacher_forced
+from test_forward import assert_same_greedy_text, real_text, teacher_forced
 
 N_TEACHER = 256
 
@@ -32,13 +32,7 @@ def test_teacher_forced_logits_match_llama_cpp(gemma3, gemma3_ref):
 @pytest.mark.parametrize("prompt", ["The capital of France is", "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n"
                                     "<start_of_turn>model\n"])
 def test_greedy_continuation_matches_llama_cpp(gemma3, gemma3_ref, prompt):
-    ours, _ = greedy(gemma3, prompt, 24)
-    theirs, their_logits = greedy(gemma3_ref, prompt, 24)
-    if ours == theirs:
-        return
-    i = next(k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b)
-    gap = their_logits[i][theirs[i]] - their_logits[i][ours[i]]
-    assert gap < NEAR_TIE, f"diverged at token {i} where llama.cpp's choice led by {gap:.3f}"
+    assert_same_greedy_text(gemma3, gemma3_ref, prompt, 24)
 
 
 def test_a_prompt_longer_than_the_sliding_window_matches_llama_cpp(gemma3_path):
