@@ -82,8 +82,10 @@ class ReferenceModel:
         # Tokenizer arrays are skipped: slow to unpack and not needed for logits.
         self._kv = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("tokenizer.")}
         arch = self._kv["general.architecture"]
-        if arch != "llama":
-            raise ValueError(f"reference supports arch 'llama', not {arch!r}")
+        if arch not in ("llama", "qwen2"):
+            raise ValueError(f"reference supports arch 'llama' and 'qwen2', not {arch!r}")
+        self.arch = arch
+        self.neox = arch == "qwen2"  # qwen2: llama's graph with NeoX rope (pairs i, i + n_rot/2)
         self.act = ACTIVATIONS[act or "silu_glu"]
         self.n_layer = self._hp("block_count")
         self.n_head = self._hp("attention.head_count")
@@ -116,7 +118,7 @@ class ReferenceModel:
         ]
 
     def _hp(self, key: str, default=None):
-        return self._kv.get(f"llama.{key}", default)
+        return self._kv.get(f"{self.arch}.{key}", default)
 
     def _rope_freq_scale(self) -> float:
         # As llama.cpp: type defaults to linear; the factor key is optional (old name scale_linear).
@@ -137,12 +139,16 @@ class ReferenceModel:
         return np.cos(theta), np.sin(theta)
 
     def _rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        """Rotate adjacent pairs of the first n_rot dims of x [T, heads, head_dim]."""
+        """Rotate pairs of the first n_rot dims of x [T, heads, head_dim]: adjacent ones, or
+        (i, i + n_rot/2) in NeoX mode."""
         out = x.astype(np.float64)
-        x0, x1 = out[..., 0:self.n_rot:2].copy(), out[..., 1:self.n_rot:2].copy()
+        half = self.n_rot // 2
+        first, second = (slice(0, half), slice(half, self.n_rot)) if self.neox else \
+            (slice(0, self.n_rot, 2), slice(1, self.n_rot, 2))
+        x0, x1 = out[..., first].copy(), out[..., second].copy()
         c, s = cos[:, None, :], sin[:, None, :]
-        out[..., 0:self.n_rot:2] = x0 * c - x1 * s
-        out[..., 1:self.n_rot:2] = x0 * s + x1 * c
+        out[..., first] = x0 * c - x1 * s
+        out[..., second] = x0 * s + x1 * c
         return out.astype(np.float32)
 
     def _attention(self, layer: Layer, h: np.ndarray, cos, sin) -> np.ndarray:

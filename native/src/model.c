@@ -15,6 +15,7 @@ static const struct { const char *arch; int ffn_act; } ARCHS[] = {
     { "llama", PI_ACT_SILU_GLU },
     { "bamboo", PI_ACT_RELU_RELU_GLU }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
     { "gemma3", PI_ACT_GELU_GLU },
+    { "qwen2", PI_ACT_SILU_GLU },       /* llama's block with q/k/v biases and NeoX rope */
 };
 
 static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu", "gelu_glu" };
@@ -63,7 +64,7 @@ static int read_arch(pi_model *m) {
             m->info.ffn_act = ARCHS[i].ffn_act;
             return PI_OK;
         }
-    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama, bamboo, gemma3)", m->arch);
+    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2)", m->arch);
 }
 
 /* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
@@ -71,6 +72,7 @@ static int read_arch(pi_model *m) {
  * one global, the local ones with their own rope base, as llama.cpp runs it. */
 static int read_traits(pi_model *m) {
     m->embd_scale = 1.0f;
+    m->rope_neox = strcmp(m->arch, "qwen2") == 0;
     if (strcmp(m->arch, "gemma3") != 0) return PI_OK;
     uint32_t window = 512;
     float local_base = 10000.0f;
