@@ -14,12 +14,9 @@
 
 typedef struct {
     const pi_weight *w;
-    float *Y;             /* [nt][n_rows]: output i of a token is row rows(i) of the weight */
-    const int32_t *idx;   /* rows(i) = idx[i] for the sparse FFN; NULL: rows(i) = i */
-    int n_rows;           /* 0: all of w->n_out */
+    float *Y;             /* [nt][w->n_out] */
 } mm_target;
 
-static int target_rows(const mm_target *t) { return t->n_rows ? t->n_rows : (int)t->w->n_out; }
 
 typedef struct {
     const pi_kernels *kern;
@@ -42,12 +39,12 @@ static void mm_worker(void *arg, int ith, int nth) {
         int ti = 0;
         while (c >= t->chunks[ti]) c -= t->chunks[ti++];
         const mm_target *tg = &t->targets[ti];
-        const int rows = target_rows(tg), row_chunks = (rows + t->rows_per_chunk - 1) / t->rows_per_chunk;
+        const int rows = (int)tg->w->n_out, row_chunks = (rows + t->rows_per_chunk - 1) / t->rows_per_chunk;
         const int r0 = (c % row_chunks) * t->rows_per_chunk, t0 = (c / row_chunks) * t->toks_per_chunk;
         const int nr = rows - r0 < t->rows_per_chunk ? rows - r0 : t->rows_per_chunk;
         const int nt = t->nt - t0 < t->toks_per_chunk ? t->nt - t0 : t->toks_per_chunk;
         pi_act x = { t->x.f + (size_t)t0 * t->x.n, t->x.q ? t->x.q + (size_t)t0 * blocks_per_row : NULL, t->x.n };
-        t->kern->matmul[tg->w->type](tg->w->data, tg->w->row_bytes, tg->idx ? tg->idx + r0 : NULL, r0, nr, x, nt,
+        t->kern->matmul[tg->w->type](tg->w->data, tg->w->row_bytes, NULL, r0, nr, x, nt,
                                      tg->Y + (size_t)t0 * rows + r0, rows);
     }
     (void)ith;
@@ -58,7 +55,7 @@ enum { ROW_CHUNK_BYTES = 256 * 1024 };
 
 static int decode_chunk_rows(const mm_target *targets, int n_targets, int nth) {
     int rows = 0;
-    for (int i = 0; i < n_targets; i++) rows += target_rows(&targets[i]);
+    for (int i = 0; i < n_targets; i++) rows += (int)targets[i].w->n_out;
     const int by_bytes = (int)(ROW_CHUNK_BYTES / targets[0].w->row_bytes);
     const int balanced = rows / (4 * nth);
     int chunk = by_bytes < balanced ? by_bytes : balanced;
@@ -75,7 +72,7 @@ static void matmul(pi_context *c, pi_act x, int nt, const mm_target *targets, in
     t.toks_per_chunk = 64;
     for (int i = 0; i < n_targets; i++) {
         t.targets[i] = targets[i];
-        int row_chunks = (target_rows(&targets[i]) + t.rows_per_chunk - 1) / t.rows_per_chunk;
+        int row_chunks = ((int)targets[i].w->n_out + t.rows_per_chunk - 1) / t.rows_per_chunk;
         t.chunks[i] = row_chunks * ((nt + t.toks_per_chunk - 1) / t.toks_per_chunk);
         t.n_chunks += t.chunks[i];
     }
@@ -186,7 +183,6 @@ static void round_to_f16(const pi_context *c, float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = pi_fp16_to_f32(pi_f32_to_fp16(x[i]));
 }
 
-/* g = act(g, u) over count values: SwiGLU, or the ReLU forms of ReluLLaMA / ProSparse and dReLU */
 /* GELU in its tanh form, as ggml's CPU backend computes it: from a table over f16 inputs (the
  * input rounded to f16, the result stored in f16), saturated outside [-10, 10]. */
 static float gelu_as_ggml(float x) {
@@ -196,6 +192,8 @@ static float gelu_as_ggml(float x) {
     return pi_fp16_to_f32(pi_f32_to_fp16(0.5f * h * (1.0f + tanhf(0.7978845608f * h * (1.0f + 0.044715f * h * h)))));
 }
 
+/* g = act(g, u) over count values: SwiGLU, GELU GLU (gemma), or the ReLU forms of ReluLLaMA /
+ * ProSparse and dReLU */
 void pi_activate(const pi_context *c, float *g, const float *u, size_t count) {
     switch (c->model->info.ffn_act) {
     case PI_ACT_RELU_GLU:
@@ -251,18 +249,14 @@ static void down_worker(void *arg, int ith, int nth) {
     (void)nth;
 }
 
-/* y = the sum of the first nth threads' accumulators in down_acc */
-static void sum_partials(const pi_context *c, int nth, int d, float *y) {
-    memcpy(y, c->down_acc, (size_t)d * sizeof(float));
-    for (int i = 1; i < nth; i++) c->vec.axpy(1.0f, c->down_acc + (size_t)i * d, y, d);
-}
-
 static void down_by_rows(pi_context *c, const pi_weight *w, const float *a, int n, float *y) {
     down_task t = { .c = c, .w = w, .a = a, .n = n };
     atomic_init(&t.next, 0);
     const int nth = c->params.n_threads;
     pi_threadpool_run(c->pool, down_worker, &t, nth);
-    sum_partials(c, nth, (int)w->n_in, y);
+    const int d = (int)w->n_in;
+    memcpy(y, c->down_acc, (size_t)d * sizeof(float));
+    for (int i = 1; i < nth; i++) c->vec.axpy(1.0f, c->down_acc + (size_t)i * d, y, d);
 }
 
 /* delta[0..n) = FFN(xn) for n tokens, every neuron */
@@ -362,8 +356,10 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     /* logits of the last position, or of every position with logits_all */
     if (logits_mode != PI_LOGITS_NONE) {
         const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
-        rmsnorm(c, c->x + (size_t)first * d, m->output_norm, c->out_x, n_out, d);
-        pi_act a = pi_quantize(&c->kern, c->out_x, c->out_q, n_out, d);
+        const float *normed = c->out_x;
+        if (c->embd) normed = c->embd + (size_t)(pos0 + first) * d; /* the embeddings are these rows */
+        else rmsnorm(c, c->x + (size_t)first * d, m->output_norm, c->out_x, n_out, d);
+        pi_act a = pi_quantize(&c->kern, normed, c->out_q, n_out, d);
         const mm_target out = { &m->output, c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * h->n_vocab : 0) };
         matmul(c, a, n_out, &out, 1);
     }
