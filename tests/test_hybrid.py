@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from reference import dequantize_tensor
 from synthetic import rewrite_gguf, write_llama_gguf, write_profiled_relu_gguf
 
 from pypowerinfer import Llama
