@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Literal, Optional, Union
 
+import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -149,17 +150,22 @@ class _Served:
         done = object()
 
         async def events():
+            # sse-starlette cancels this generator when the client leaves. A cancel must not land
+            # while a token is being computed in a worker thread (closing the generator then would
+            # race it), nor skip the clean-up: both run shielded, so the lock is always released.
             try:
                 while True:
                     if await request.is_disconnected():
                         break
-                    chunk = await run_in_threadpool(next, chunks, done)
+                    with anyio.CancelScope(shield=True):
+                        chunk = await run_in_threadpool(next, chunks, done)
                     if chunk is done:
                         yield {"data": "[DONE]"}
                         break
                     yield {"data": json.dumps(chunk)}
             finally:
-                await run_in_threadpool(chunks.close)
+                with anyio.CancelScope(shield=True):
+                    await run_in_threadpool(chunks.close)
                 self.lock.release()
 
         return EventSourceResponse(events(), sep="\n", ping=600)
