@@ -108,6 +108,7 @@ class Llama:
         self.tokenizer_ = Tokenizer.from_metadata(meta)
         self._n_vocab = self.tokenizer_.n_vocab
         self.chat_format = chat_format
+        self._compiled_templates: Dict[str, TemplateFormat] = {}
         self.last_n_tokens_size = last_n_tokens_size
         self._seed = seed or LLAMA_DEFAULT_SEED
         self._logits_all = logits_all
@@ -457,10 +458,14 @@ class Llama:
         if name in FORMATS:
             return FORMATS[name]
         if name in templates:
-            tok = self.tokenizer_
-            text = lambda i: tok.token_text(i) if i >= 0 else ""  # noqa: E731
-            eos = tok.eos_id if tok.eos_id >= 0 else None
-            return TemplateFormat(templates[name], bos_token=text(tok.bos_id), eos_token=text(tok.eos_id), eos_id=eos)
+            source = templates[name]
+            if source not in self._compiled_templates:  # compiling a template costs more than rendering it
+                tok = self.tokenizer_
+                text = lambda i: tok.token_text(i) if i >= 0 else ""  # noqa: E731
+                eos = tok.eos_id if tok.eos_id >= 0 else None
+                self._compiled_templates[source] = TemplateFormat(source, bos_token=text(tok.bos_id),
+                                                                  eos_token=text(tok.eos_id), eos_id=eos)
+            return self._compiled_templates[source]
         raise ValueError(f"unknown chat_format {name!r}: built-in formats are {', '.join(sorted(FORMATS))}"
                          + (f"; the model has {', '.join(sorted(templates))}" if templates else ""))
 
