@@ -1,7 +1,8 @@
-"""K-quant kernels (Q2_K .. Q6_K) against gguf-py's dequantization, on every tier's table
-(all tiers use the scalar K-quant entries): dequant exactly, matmul as the dequantized weights
-times the activation rounded as llama.cpp's Q8_K; and a synthetic K-quant model against the
-numpy reference forward."""
+"""K-quant kernels (Q2_K .. Q6_K) against gguf-py's dequantization, on every tier's table (the
+scalar reference, and the AVX2 integer dot products that avx2 and avx512 compile): dequant
+exactly, matmul as the dequantized weights times the activation rounded as llama.cpp's Q8_K,
+the SIMD tiers against the reference; and a synthetic K-quant model against the numpy
+reference forward."""
 from __future__ import annotations
 
 import numpy as np
@@ -54,7 +55,7 @@ def test_matmul_matches_dequantized_weights(qtype, impl):
     require(impl)
     rng = np.random.default_rng(1)
     for n in NS:
-        for rows, nt in ((1, 1), (5, 3)):
+        for rows, nt in ((1, 1), (5, 3), (3, 17)):  # 17: past the kernel's 16-token tile
             w, ref = k_rows(qtype, rows, n, rows * n)
             x = rng.standard_normal((nt, n)).astype(np.float32)
             y = kernel_matmul(qtype, impl, w, rows, n, x)
@@ -62,6 +63,19 @@ def test_matmul_matches_dequantized_weights(qtype, impl):
             expected = xr @ ref.T
             bound = np.abs(x).astype(np.float64) @ np.abs(ref).T
             assert np.all(np.abs(y - expected) <= 1e-5 * bound + 1e-12), qtype
+
+
+@pytest.mark.parametrize("impl", [i for i in IMPLS if i != "ref"])
+@pytest.mark.parametrize("qtype", K_TYPES)
+def test_simd_matmul_equals_the_reference(qtype, impl):
+    """The same integer sums; only the float products and their order differ."""
+    require(impl)
+    rng = np.random.default_rng(3)
+    n, rows, nt = 1536, 7, 4
+    w, _ = k_rows(qtype, rows, n, 11)
+    x = rng.standard_normal((nt, n)).astype(np.float32)
+    ours, ref = kernel_matmul(qtype, impl, w, rows, n, x), kernel_matmul(qtype, "ref", w, rows, n, x)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("qtype", K_TYPES)

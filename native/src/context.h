@@ -22,7 +22,7 @@ struct pi_context {
     /* scratch for a batch of up to n_batch tokens (B) */
     float *x;           /* [B][n_embd]   residual stream */
     float *xn;          /* [B][max_dim]  normed input of attention / FFN, then attention output */
-    block_q8x *xq;      /* [B][max_dim/32] quantized activations for the block-format matmuls */
+    pi_act_store xq;    /* [B][max_dim/32] and [B][max_dim/256] quantized activations for the block formats */
     float *q;           /* [B][q_dim] */
     float *k, *v;       /* [B][kv_dim]   new keys/values before they enter the cache */
     float *gate, *up;   /* [B][n_ff]     gate is overwritten with the activation product */
@@ -31,14 +31,14 @@ struct pi_context {
     float *att;         /* [n_threads][n_ctx] attention scores, one row per thread */
     float *delta;       /* [B][n_embd]   output of attention or FFN before the residual add */
     float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */
-    block_q8x *out_q;   /* [B][n_embd/32] */
+    pi_act_store out_q; /* [B][n_embd/32], [B][n_embd/256] */
     float *logits;      /* [logits_rows][n_vocab] */
     float *embd;        /* [n_ctx][n_embd] final normed hidden states, with params.embeddings, else NULL */
     int32_t logits_rows;
 
     /* sparse FFN, one token at a time (ffn_sparse.h); a run fills its own slices, by position */
     float *pred_h;      /* [n_threads + 1][rank_stride] predictor hidden layer of each thread and the device */
-    block_q8x *pred_hq; /* [n_threads + 1][rank_stride/32] */
+    pi_act_store pred_hq; /* [n_threads + 1][rank_stride/32], [n_threads + 1][rank_stride/256] */
     int32_t rank_stride;
     float *pred_out;    /* [n_ff]          predictor logits */
     int32_t *active;    /* [n_ff]          positions predicted to fire: a run's from its first slot on */

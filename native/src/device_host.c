@@ -96,8 +96,7 @@ static void *device_main(void *arg) {
         /* the device's own hidden layer slot: the one after the CPU threads' */
         pi_context *c = job->c;
         const int slot = pi_threadpool_size(c->pool);
-        const pi_act hq = pi_ffn_hidden(job, w, c->pred_h + (size_t)slot * c->rank_stride,
-                                        c->pred_hq + (size_t)slot * (c->rank_stride / QK));
+        const pi_act hq = pi_ffn_hidden(job, w, slot);
         for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r);
         pthread_mutex_lock(&dev->lock);
         dev->busy = 0;

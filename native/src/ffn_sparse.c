@@ -28,11 +28,15 @@ static void prefetch_rows(const pi_weight *w, const int32_t *rows, int n) {
     }
 }
 
-pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, float *h, block_q8x *hq) {
+pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot) {
+    const pi_context *c = job->c;
     const int rank = (int)w->fc1.n_out;
-    job->c->kern.matmul[w->fc1.type](w->fc1.data, w->fc1.row_bytes, NULL, 0, rank, job->x, 1, h, rank);
+    float *h = c->pred_h + (size_t)slot * c->rank_stride;
+    const pi_act_store hq = { c->pred_hq.q + (size_t)slot * (c->rank_stride / QK),
+                              c->pred_hq.k + (size_t)slot * (c->rank_stride / QK_K) };
+    c->kern.matmul[w->fc1.type](w->fc1.data, w->fc1.row_bytes, NULL, 0, rank, job->x, 1, h, rank);
     for (int i = 0; i < rank; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
-    return pi_quantize(&job->c->kern, h, hq, 1, rank);
+    return pi_quantize(&c->kern, h, hq, 1, rank);
 }
 
 int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
@@ -71,11 +75,9 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
  * then claims cold runs one at a time. */
 static void cpu_worker(void *arg, int ith, int nth) {
     ffn_job *job = arg;
-    pi_context *c = job->c;
     const pi_layer *L = job->L;
     const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
-    const pi_act hq = pi_ffn_hidden(job, &w, c->pred_h + (size_t)ith * c->rank_stride,
-                                    c->pred_hq + (size_t)ith * (c->rank_stride / QK));
+    const pi_act hq = pi_ffn_hidden(job, &w, ith);
     for (;;) {
         const int r = atomic_fetch_add_explicit(&job->next_cold, 1, memory_order_relaxed);
         if (r >= job->n_runs) break;

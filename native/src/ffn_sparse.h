@@ -30,8 +30,9 @@ typedef struct {
     atomic_int next_cold;   /* the CPU threads' next run */
 } ffn_job;
 
-/* h = relu(fc1 x) into h (rank floats) and its quantized form into hq (rank/32 blocks) */
-pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, float *h, block_q8x *hq);
+/* h = relu(fc1 x) in the context's predictor slot `slot` (a CPU thread's, or the device's
+ * after them), with its quantized forms */
+pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot);
 
 /* Run r of the job: the neurons whose logit reaches the threshold, their gate, up and
  * activation, and the sum of their down rows into the run's slot. Returns the neurons computed. */
@@ -42,7 +43,7 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r);
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x);
 
 /* the forward pass's own steps, shared with this file */
-pi_act pi_quantize(const pi_kernels *k, const float *x, block_q8x *q, int n, int d);
+pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int n, int d);
 void pi_activate(const pi_context *c, float *g, const float *u, size_t count);
 
 #endif

@@ -32,7 +32,6 @@ typedef struct {
 
 static void mm_worker(void *arg, int ith, int nth) {
     mm_task *t = arg;
-    const int blocks_per_row = t->x.n / QK;
     for (;;) {
         int c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
         if (c >= t->n_chunks) return;
@@ -43,8 +42,7 @@ static void mm_worker(void *arg, int ith, int nth) {
         const int r0 = (c % row_chunks) * t->rows_per_chunk, t0 = (c / row_chunks) * t->toks_per_chunk;
         const int nr = rows - r0 < t->rows_per_chunk ? rows - r0 : t->rows_per_chunk;
         const int nt = t->nt - t0 < t->toks_per_chunk ? t->nt - t0 : t->toks_per_chunk;
-        pi_act x = { t->x.f + (size_t)t0 * t->x.n, t->x.q ? t->x.q + (size_t)t0 * blocks_per_row : NULL, t->x.n };
-        t->kern->matmul[tg->w->type](tg->w->data, tg->w->row_bytes, NULL, r0, nr, x, nt,
+        t->kern->matmul[tg->w->type](tg->w->data, tg->w->row_bytes, NULL, r0, nr, pi_act_from(t->x, t0), nt,
                                      tg->Y + (size_t)t0 * rows + r0, rows);
     }
     (void)ith;
@@ -130,12 +128,16 @@ static void rmsnorm(const pi_context *c, const float *x, const float *w, float *
     }
 }
 
-/* The activation in both forms the kernels take: float, and 8-bit blocks when d allows. */
-pi_act pi_quantize(const pi_kernels *k, const float *x, block_q8x *q, int n, int d) {
-    pi_act a = { x, NULL, d };
+/* The activation in every form the kernels take: float, and the 8-bit blocks d allows. */
+pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int n, int d) {
+    pi_act a = { x, NULL, NULL, d };
     if (d % QK == 0) {
-        for (int t = 0; t < n; t++) k->quantize_act(x + (size_t)t * d, q + (size_t)t * (d / QK), d);
-        a.q = q;
+        for (int t = 0; t < n; t++) k->quantize_act(x + (size_t)t * d, store.q + (size_t)t * (d / QK), d);
+        a.q = store.q;
+    }
+    if (d % QK_K == 0) {
+        for (int t = 0; t < n; t++) k->quantize_act_k(x + (size_t)t * d, store.k + (size_t)t * (d / QK_K), d);
+        a.k = store.k;
     }
     return a;
 }
@@ -338,8 +340,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
         if (use_sparse(c, L, n)) {
             for (int t = 0; t < n; t++) {
-                pi_act at = { a.f + (size_t)t * d, a.q ? a.q + (size_t)t * (d / QK) : NULL, d };
-                const int rc = pi_ffn_sparse(c, il, t, at);
+                const int rc = pi_ffn_sparse(c, il, t, pi_act_from(a, t));
                 if (rc) return rc;
             }
         } else {

@@ -15,7 +15,7 @@ typedef enum {
     PI_TYPE_Q5_0 = 6,
     PI_TYPE_Q5_1 = 7,
     PI_TYPE_Q8_0 = 8,
-    PI_TYPE_Q2_K = 10, /* K-quants: 256-weight super-blocks (kernels/kquants.c) */
+    PI_TYPE_Q2_K = 10, /* K-quants: 256-weight super-blocks (kernels/kquants.h) */
     PI_TYPE_Q3_K = 11,
     PI_TYPE_Q4_K = 12,
     PI_TYPE_Q5_K = 13,
@@ -61,6 +61,12 @@ static inline PI_HOST_DEVICE size_t pi_block_bytes(int type) {
  * s = d * sum(qs) lets the "+ m" of Q4_1/Q5_1 and the "- 8"/"- 16" offsets cost one multiply a block. */
 typedef struct { float d; float s; int8_t qs[QK]; } block_q8x;
 static_assert(sizeof(block_q8x) == 40, "q8x block");
+
+/* The K-quants' activation block, llama.cpp's Q8_K: 256 values with one scale (x = d * qs) and
+ * the sum of each 16 qs, which the K-quants' per-group minimums and offsets are multiplied by. */
+#define QK_K 256
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8k;
+static_assert(sizeof(block_q8k) == 292, "q8k block");
 
 /* Per-type facts: weights per block and bytes per block; 0 means unsupported. */
 typedef struct { const char *name; int block_size; int type_size; } pi_type_info;

@@ -50,16 +50,22 @@ PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n
     if (!W || !X || !Y) return pi_set_error(PI_ERR_ARG, "pi_kernel_matmul: NULL weights, input or output");
     if (n_rows < 0 || nt < 0) return pi_set_error(PI_ERR_ARG, "pi_kernel_matmul: negative n_rows %d or nt %d", n_rows, nt);
 
-    pi_act act = {X, NULL, n};
-    block_q8x *q = NULL;
-    if (info->block_size == QK && nt > 0) {
-        q = malloc((size_t)nt * (size_t)(n / QK) * sizeof *q);
-        if (!q) return pi_set_error(PI_ERR_NOMEM, "pi_kernel_matmul: no memory for %d activation rows", nt);
-        for (int32_t t = 0; t < nt; t++) k.quantize_act(X + (size_t)t * n, q + (size_t)t * (n / QK), n);
-        act.q = q;
+    /* the activation in the form this weight type is dotted with */
+    pi_act act = { X, NULL, NULL, n };
+    void *blocks = NULL;
+    if (info->block_size > 1 && nt > 0) {
+        const int k_quant = info->block_size == QK_K;
+        blocks = malloc((size_t)nt * (size_t)(n / info->block_size) * (k_quant ? sizeof(block_q8k) : sizeof(block_q8x)));
+        if (!blocks) return pi_set_error(PI_ERR_NOMEM, "pi_kernel_matmul: no memory for %d activation rows", nt);
+        for (int32_t t = 0; t < nt; t++) {
+            if (k_quant) k.quantize_act_k(X + (size_t)t * n, (block_q8k *)blocks + (size_t)t * (n / QK_K), n);
+            else k.quantize_act(X + (size_t)t * n, (block_q8x *)blocks + (size_t)t * (n / QK), n);
+        }
+        if (k_quant) act.k = blocks;
+        else act.q = blocks;
     }
     k.matmul[type](W, pi_type_row_bytes(type, n), NULL, 0, n_rows, act, nt, Y, n_rows);
-    free(q);
+    free(blocks);
     return PI_OK;
 }
 

@@ -9,13 +9,28 @@
 
 enum { PI_IMPL_AUTO = 0, PI_IMPL_REF = 1, PI_IMPL_AVX2 = 2, PI_IMPL_AVX512 = 3 };
 
-/* An activation batch of nt rows of n values, in both forms: float (for F32/F16/BF16
- * weights) and quantized (for the block formats; present only when n % 32 == 0). */
+/* An activation batch of nt rows of n values, in every form: float (for F32/F16/BF16
+ * weights) and quantized, in 32-value blocks for the block formats (present when n % 32 == 0)
+ * and in 256-value blocks for the K-quants (present when n % 256 == 0). */
 typedef struct {
     const float *f;      /* [nt][n] */
     const block_q8x *q;  /* [nt][n/32], or NULL */
+    const block_q8k *k;  /* [nt][n/256], or NULL */
     int n;
 } pi_act;
+
+/* Rows t0.. of an activation batch. */
+static inline pi_act pi_act_from(pi_act a, int t0) {
+    pi_act r = { a.f + (size_t)t0 * a.n, a.q ? a.q + (size_t)t0 * (a.n / QK) : NULL,
+                 a.k ? a.k + (size_t)t0 * (a.n / QK_K) : NULL, a.n };
+    return r;
+}
+
+/* Room for the quantized forms of an activation batch. */
+typedef struct {
+    block_q8x *q;
+    block_q8k *k;
+} pi_act_store;
 
 /* Y[t * y_stride + i] = dot(row(i), x_t) for i in [0, nr), t in [0, nt),
  * where row(i) is W + (idx ? idx[i] : r0 + i) * row_bytes. */
@@ -31,7 +46,8 @@ typedef void (*pi_axpy_rows_fn)(const void *W, size_t row_bytes, const int32_t *
 
 typedef struct {
     const char *name;                      /* "ref", "avx2", "avx512" */
-    void (*quantize_act)(const float *x, block_q8x *y, int n); /* n % 32 == 0 */
+    void (*quantize_act)(const float *x, block_q8x *y, int n);   /* n % 32 == 0 */
+    void (*quantize_act_k)(const float *x, block_q8k *y, int n); /* n % 256 == 0 */
     pi_matmul_fn matmul[PI_TYPE_COUNT];
     pi_dequant_fn dequant[PI_TYPE_COUNT];
     pi_axpy_rows_fn axpy_rows[PI_TYPE_COUNT];

@@ -1,151 +1,323 @@
 /* kquants.h - ggml's K-quants (Q2_K .. Q6_K): 256-weight super-blocks with 16 or 8 sub-block
- * scales. Each super-block is decoded to floats and dotted with the activation rounded as
- * llama.cpp's Q8_K would. Plain C written for the compiler to vectorise: included at the end of
- * ref.c, avx2.c and avx512.c (like table.h), so each tier compiles it for its instruction set. */
+ * scales. Each super-block is unpacked to bytes and scales (kq_scales), then dotted in integers
+ * with the activation in llama.cpp's Q8_K form; dequant and the sparse axpy use its floats.
+ * Included at the end of ref.c, avx2.c and avx512.c (like table.h), so each tier compiles it for
+ * its instruction set: the unpacking is plain C for the compiler to vectorise, and the byte dot
+ * has an AVX2 path beside the scalar one that ref.c compiles. */
 #ifndef PI_KERNELS_KQUANTS_H
 #define PI_KERNELS_KQUANTS_H
 #include <math.h>
 #include <string.h>
+#if defined(__AVX2__)
+#include "simd.h" /* the AVX2 tiers' own helpers; they include it first */
+#endif
 
 #include "ref.h"
 
-enum { QK_K = 256 };
+/* Every helper is inlined into the per-type entries at the end, where the type is a constant. */
+#define KQ_INLINE static inline __attribute__((always_inline))
 
-static float f16_at(const uint8_t *p) { return pi_fp16_to_f32((pi_fp16)(p[0] | p[1] << 8)); }
+#if defined(__AVX2__)
+KQ_INLINE float f16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
+#else
+KQ_INLINE float f16_at(const uint8_t *p) { return pi_fp16_to_f32((pi_fp16)(p[0] | p[1] << 8)); }
+#endif
 
 /* 2-bit fields, as Q2_K and Q3_K keep them: weight h*128 + s*32 + j is bits 2s..2s+1 of
  * byte h*32 + j of qs. */
-static int crumb(const uint8_t *qs, int i) {
+KQ_INLINE int crumb(const uint8_t *qs, int i) {
     const int h = i / 128, s = (i % 128) / 32, j = i % 32;
     return (qs[h * 32 + j] >> (2 * s)) & 3;
 }
 
-/* Q4_K / Q5_K sub-block scales and mins: 6 bits each, packed into 12 bytes. */
-static void scale_min_k4(const uint8_t *s, int l, int *sc, int *m) {
-    if (l < 4) {
-        *sc = s[l] & 63;
-        *m = s[l + 4] & 63;
-    } else {
-        *sc = (s[l + 4] & 15) | ((s[l - 4] >> 2) & 0x30);
-        *m = (s[l + 4] >> 4) | ((s[l] >> 2) & 0x30);
+/* Q4_K / Q5_K: the 8 sub-block scales and the 8 mins, 6 bits each in 12 bytes. Scales 0-3 are
+ * the low 6 bits of bytes 0-3 and mins 0-3 those of bytes 4-7; scales 4-7 take the low nibbles
+ * of bytes 8-11 and the top two bits of bytes 0-3, mins 4-7 the high nibbles and the top bits
+ * of bytes 4-7. Done a 4-byte word at a time: a shift moves bits 6-7 of each byte to 4-5. */
+KQ_INLINE void scales_mins_k4(const uint8_t *b, uint32_t out[4]) { /* bytes: 8 scales, then 8 mins */
+    uint32_t w[3];
+    memcpy(w, b, sizeof w);
+    out[0] = w[0] & 0x3f3f3f3fu;
+    out[1] = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u);
+    out[2] = w[1] & 0x3f3f3f3fu;
+    out[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u);
+}
+
+/* One super-block of any K-quant as the kernels see it: 256 unsigned values (kq_values, or
+ * kq_chunk 32 at a time) and, for each group of 16 (kq_scales), a scale and a minimum; weight i
+ * of group g = i / 16 is
+ *     w[i] = d * scale[g] * (q[i] - offset) - dmin * min[g].
+ * The dot product with a Q8_K block y is then integer work up to one multiply per super-block:
+ *     y.d * (d * sum_g scale[g] * (sum_i q[i] y[i] - offset * bsum[g]) - dmin * sum_g min[g] * bsum[g]),
+ * exactly llama.cpp's sums, and the float weights are the products gguf-py's dequantization forms. */
+typedef struct {
+    int16_t scale[QK_K / 16], min[QK_K / 16];
+    int offset; /* 32 for Q6_K, 4 for Q3_K (whose high bit, when clear, subtracts 4), else 0 */
+    float d, dmin;
+} kq_scales;
+
+/* The formats with per-group minimums (Q2_K, Q4_K, Q5_K); the others' min[] is all zero. */
+KQ_INLINE int kq_has_min(int type) { return type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K; }
+
+KQ_INLINE int kq_offset(int type) { return type == PI_TYPE_Q6_K ? 32 : type == PI_TYPE_Q3_K ? 4 : 0; }
+
+/* where each format keeps its fp16 d and dmin */
+KQ_INLINE float kq_d(int type, const uint8_t *b) {
+    switch (type) {
+    case PI_TYPE_Q2_K: return f16_at(b + 80);
+    case PI_TYPE_Q3_K: return f16_at(b + 108);
+    case PI_TYPE_Q6_K: return f16_at(b + 208);
+    default: return f16_at(b); /* Q4_K, Q5_K */
     }
+}
+
+KQ_INLINE float kq_dmin(int type, const uint8_t *b) {
+    return type == PI_TYPE_Q2_K ? f16_at(b + 82) : kq_has_min(type) ? f16_at(b + 2) : 0.0f;
+}
+
+KQ_INLINE void kq_scales_of(int type, const uint8_t *b, kq_scales *s) {
+    memset(s->min, 0, sizeof s->min);
+    s->offset = kq_offset(type);
+    s->d = kq_d(type, b);
+    s->dmin = kq_dmin(type, b);
+    switch (type) {
+    case PI_TYPE_Q2_K: /* scales[16] (scale | min << 4), qs[64], d, dmin */
+        for (int g = 0; g < 16; g++) {
+            s->scale[g] = b[g] & 15;
+            s->min[g] = b[g] >> 4;
+        }
+        break;
+    case PI_TYPE_Q3_K: { /* hmask[32], qs[64], scales[12] (6-bit, offset 32), d */
+        const uint8_t *sc = b + 96;
+        for (int g = 0; g < 16; g++)
+            s->scale[g] = (int16_t)((((sc[g % 8] >> (4 * (g / 8))) & 15) | (((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32);
+        break;
+    }
+    case PI_TYPE_Q4_K: /* d, dmin, scales[12], ...: 8 sub-blocks of 32, each two groups */
+    case PI_TYPE_Q5_K: {
+        uint32_t w[4];
+        scales_mins_k4(b + 4, w);
+        for (int g = 0; g < 16; g++) { /* sub-block g / 2 */
+            s->scale[g] = (int16_t)((w[g / 8] >> (8 * (g / 2 % 4))) & 0xff);
+            s->min[g] = (int16_t)((w[2 + g / 8] >> (8 * (g / 2 % 4))) & 0xff);
+        }
+        break;
+    }
+    default: /* PI_TYPE_Q6_K: ..., scales[16] (int8), d */
+        for (int g = 0; g < 16; g++) s->scale[g] = (int8_t)b[192 + g];
+        break;
+    }
+}
+
+KQ_INLINE void kq_values(int type, const uint8_t *b, uint8_t q[QK_K]) {
+    switch (type) {
+    case PI_TYPE_Q2_K:
+        for (int i = 0; i < QK_K; i++) q[i] = (uint8_t)crumb(b + 16, i);
+        break;
+    case PI_TYPE_Q3_K: /* the crumb, and bit i / 32 of hmask[i % 32] as bit 2 */
+        for (int i = 0; i < QK_K; i++) q[i] = (uint8_t)(crumb(b + 32, i) | ((b[i % 32] >> (i / 32)) & 1) << 2);
+        break;
+    case PI_TYPE_Q4_K: /* qs[128] from byte 16: sub-blocks 2c and 2c+1 share bytes 32c.. */
+    case PI_TYPE_Q5_K: { /* qh[32] from byte 16, qs[128] from 48: bit l of qh[j] is bit 4 of sub-block l */
+        const int five = type == PI_TYPE_Q5_K;
+        const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
+        for (int l = 0; l < 8; l++)
+            for (int j = 0; j < 32; j++)
+                q[l * 32 + j] = (uint8_t)(((qs[(l / 2) * 32 + j] >> (4 * (l % 2))) & 15) | (five ? ((qh[j] >> l) & 1) << 4 : 0));
+        break;
+    }
+    default: /* PI_TYPE_Q6_K: ql[128], qh[64]; each half of 128 weights takes 64 bytes of ql (32
+              * weights from the low nibbles, 32 from the high, twice) and 32 of qh (2 bits each) */
+        for (int h = 0; h < 2; h++)
+            for (int part = 0; part < 4; part++)
+                for (int j = 0; j < 32; j++)
+                    q[h * 128 + part * 32 + j] = (uint8_t)(((b[h * 64 + (part % 2) * 32 + j] >> (4 * (part / 2))) & 15) |
+                                                           ((b[128 + h * 32 + j] >> (2 * part)) & 3) << 4);
+        break;
+    }
+}
+
+#if defined(__AVX2__)
+/* kq_values' bytes 32k .. 32k + 31, in a register. */
+KQ_INLINE __m256i kq_chunk(int type, const uint8_t *b, int k) {
+    const __m256i m2 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(15);
+    switch (type) {
+    case PI_TYPE_Q2_K: /* crumbs 2s of qs[32h ..] for k = 4h + s */
+        return _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (k / 4))), 2 * (k % 4)), m2);
+    case PI_TYPE_Q3_K: {
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (k / 4))), 2 * (k % 4)), m2);
+        const __m256i bit = _mm256_set1_epi8((char)(1 << k)), h = _mm256_loadu_si256((const __m256i *)b);
+        return _mm256_or_si256(low, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(4)));
+    }
+    case PI_TYPE_Q4_K:
+    case PI_TYPE_Q5_K: {
+        const int five = type == PI_TYPE_Q5_K;
+        __m256i v = _mm256_loadu_si256((const __m256i *)(b + (five ? 48 : 16) + 32 * (k / 2)));
+        v = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+        if (!five) return v;
+        const __m256i bit = _mm256_set1_epi8((char)(1 << k)), h = _mm256_loadu_si256((const __m256i *)(b + 16));
+        return _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(16)));
+    }
+    default: { /* PI_TYPE_Q6_K, k = 4h + part */
+        const int h = k / 4, part = k % 4;
+        __m256i low = _mm256_loadu_si256((const __m256i *)(b + h * 64 + (part % 2) * 32));
+        low = _mm256_and_si256(part / 2 ? _mm256_srli_epi16(low, 4) : low, m4);
+        const __m256i high = _mm256_loadu_si256((const __m256i *)(b + 128 + h * 32));
+        return _mm256_or_si256(low, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * part), m2), 4));
+    }
+    }
+}
+
+/* kq_scales_of()'s scale[] and min[] as 16 int16 lanes each, built in registers: a struct
+ * written 2 bytes at a time and read back 32 would stall on store forwarding. */
+KQ_INLINE void kq_scale_vectors(int type, const uint8_t *b, __m256i *scale, __m256i *min) {
+    const __m128i m4 = _mm_set1_epi8(15);
+    *min = _mm256_setzero_si256();
+    switch (type) {
+    case PI_TYPE_Q2_K: {
+        const __m128i v = _mm_loadu_si128((const __m128i *)b);
+        *scale = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4));
+        *min = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4));
+        break;
+    }
+    case PI_TYPE_Q3_K: { /* low nibbles of bytes 0-7 for groups 0-7, high nibbles for 8-15; two
+                          * more bits from byte 8 + g % 4, at bit 2 * (g / 4) */
+        const __m128i lo = _mm_loadl_epi64((const __m128i *)(b + 96));
+        const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(lo, m4), _mm_and_si128(_mm_srli_epi16(lo, 4), m4));
+        const __m128i hw = _mm_srlv_epi32(_mm_set1_epi32((int)load_u32(b + 104)), _mm_setr_epi32(0, 2, 4, 6));
+        const __m128i high = _mm_slli_epi16(_mm_and_si128(hw, _mm_set1_epi8(3)), 4);
+        *scale = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32)));
+        break;
+    }
+    case PI_TYPE_Q4_K:
+    case PI_TYPE_Q5_K: { /* each sub-block's scale and min over its two groups */
+        uint32_t w[4];
+        scales_mins_k4(b + 4, w);
+        const __m128i v = _mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
+        const __m128i s8 = _mm_cvtepu8_epi16(v), m8 = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+        *scale = _mm256_set_m128i(_mm_unpackhi_epi16(s8, s8), _mm_unpacklo_epi16(s8, s8));
+        *min = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+        break;
+    }
+    default: /* PI_TYPE_Q6_K */
+        *scale = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
+        break;
+    }
+}
+
+/* a token's running sum over a row: 8 lanes, added up at the row's end */
+typedef __m256 kq_acc;
+KQ_INLINE kq_acc kq_acc_zero(void) { return _mm256_setzero_ps(); }
+KQ_INLINE float kq_acc_sum(kq_acc a) { return hsum8(a); }
+#else
+typedef float kq_acc;
+KQ_INLINE kq_acc kq_acc_zero(void) { return 0.0f; }
+KQ_INLINE float kq_acc_sum(kq_acc a) { return a; }
+#endif
+
+/* acc[t] += dot(super-block b, y[t * stride]) for tn tokens' Q8_K blocks. The scalar form
+ * is the reference; the AVX2 one keeps the 8 value chunks in registers across the tokens,
+ * multiplies the byte products, summed in pairs (at most 2 * 63 * 127, an int16), by each
+ * group's scale into dword lanes, and leaves the lanes' float sums to the row's end. */
+KQ_INLINE void dot_superblock(int type, const uint8_t *b, const block_q8k *y, int stride, int tn, kq_acc *acc) {
+#if defined(__AVX2__)
+    __m256i q[8], sc[8], scale16, min16;
+    kq_scale_vectors(type, b, &scale16, &min16);
+    const __m128i s_lo = _mm256_castsi256_si128(scale16), s_hi = _mm256_extracti128_si256(scale16, 1);
+    for (int k = 0; k < 8; k++) {
+        q[k] = kq_chunk(type, b, k);
+        /* group 2k's scale over the low 128 bits, group 2k + 1's over the high */
+        const int g = (2 * k) % 8;
+        const __m256i pick = _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (g + 1))), _mm_set1_epi16((short)(0x0100 + 0x0202 * g)));
+        sc[k] = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(k < 4 ? s_lo : s_hi), pick);
+    }
+    const __m256i off_scale = _mm256_mullo_epi16(scale16, _mm256_set1_epi16((short)kq_offset(type)));
+    const float d = kq_d(type, b), dmin = kq_has_min(type) ? kq_dmin(type, b) : 0.0f;
+    for (int t = 0; t < tn; t++) {
+        const block_q8k *yt = y + (size_t)t * stride;
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)yt->bsums);
+        __m256i isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(bsums, off_scale));
+        for (int k = 0; k < 8; k++) {
+            const __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(yt->qs + 32 * k)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc[k]));
+        }
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(yt->d * d));
+        if (kq_has_min(type))
+            f = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, min16)), _mm256_set1_ps(yt->d * dmin), f);
+        acc[t] = _mm256_add_ps(acc[t], f);
+    }
+#else
+    kq_scales s;
+    uint8_t q[QK_K];
+    kq_scales_of(type, b, &s);
+    kq_values(type, b, q);
+    for (int t = 0; t < tn; t++) {
+        const block_q8k *yt = y + (size_t)t * stride;
+        int32_t is = 0, ms = 0;
+        for (int g = 0; g < QK_K / 16; g++) {
+            int32_t gsum = 0;
+            for (int j = 0; j < 16; j++) gsum += q[16 * g + j] * yt->qs[16 * g + j];
+            is += s.scale[g] * (gsum - s.offset * yt->bsums[g]);
+            ms += s.min[g] * yt->bsums[g];
+        }
+        acc[t] += yt->d * (s.d * (float)is - s.dmin * (float)ms);
+    }
+#endif
 }
 
 /* The 256 weights of one super-block. */
-static void decode_superblock(int type, const uint8_t *b, float *w) {
-    switch (type) {
-    case PI_TYPE_Q2_K: { /* scales[16] (scale | min << 4), qs[64], d, dmin */
-        const uint8_t *scales = b, *qs = b + 16;
-        const float d = f16_at(b + 80), dmin = f16_at(b + 82);
-        for (int i = 0; i < QK_K; i++) {
-            const int l = i / 16;
-            w[i] = d * (float)(scales[l] & 15) * (float)crumb(qs, i) - dmin * (float)(scales[l] >> 4);
-        }
-        break;
-    }
-    case PI_TYPE_Q3_K: { /* hmask[32], qs[64], scales[12] (6-bit, offset 32), d */
-        const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
-        const float d = f16_at(b + 108);
-        for (int i = 0; i < QK_K; i++) {
-            const int k = i / 16;
-            const int scale = (((sc[k % 8] >> (4 * (k / 8))) & 15) | (((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4)) - 32;
-            const int high = (hmask[i % 32] >> (i / 32)) & 1; /* a clear bit subtracts 4 */
-            w[i] = d * (float)scale * (float)(crumb(qs, i) - (high ? 0 : 4));
-        }
-        break;
-    }
-    case PI_TYPE_Q4_K: /* d, dmin, scales[12], qs[128]: sub-blocks 2c and 2c+1 share bytes 32c.. */
-    case PI_TYPE_Q5_K: { /* d, dmin, scales[12], qh[32], qs[128]: bit l of qh[j] is bit 4 of sub-block l */
-        const float d = f16_at(b), dmin = f16_at(b + 2);
-        const int five = type == PI_TYPE_Q5_K;
-        const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
-        for (int l = 0; l < 8; l++) {
-            int sc, m;
-            scale_min_k4(b + 4, l, &sc, &m);
-            const float scale = d * (float)sc, min = dmin * (float)m;
-            const uint8_t *q = qs + (l / 2) * 32;
-            const int shift = 4 * (l % 2);
-            float *out = w + l * 32;
-            for (int j = 0; j < 32; j++) {
-                const int high = five ? ((qh[j] >> l) & 1) << 4 : 0;
-                out[j] = scale * (float)(((q[j] >> shift) & 15) | high) - min;
-            }
-        }
-        break;
-    }
-    default: { /* PI_TYPE_Q6_K: ql[128], qh[64], scales[16] (int8), d; each half of 128 weights
-                * takes 64 bytes of ql (low nibbles, then high) and 32 of qh (2 bits each) */
-        const int8_t *scales = (const int8_t *)(b + 192);
-        const float d = f16_at(b + 208);
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = b + h * 64, *qh = b + 128 + h * 32;
-            for (int part = 0; part < 4; part++) { /* 32 weights: ql nibble part / 2, qh bits 2 * part */
-                float *out = w + h * 128 + part * 32;
-                const float s0 = d * (float)scales[h * 8 + part * 2], s1 = d * (float)scales[h * 8 + part * 2 + 1];
-                for (int j = 0; j < 32; j++) {
-                    const int low = (ql[(part % 2) * 32 + j] >> (4 * (part / 2))) & 15;
-                    const int high = (qh[j] >> (2 * part)) & 3;
-                    out[j] = (j < 16 ? s0 : s1) * (float)((low | high << 4) - 32);
-                }
-            }
-        }
-        break;
-    }
-    }
+KQ_INLINE void decode_superblock(int type, const uint8_t *b, float *w) {
+    kq_scales s;
+    uint8_t q[QK_K];
+    kq_scales_of(type, b, &s);
+    kq_values(type, b, q);
+    for (int i = 0; i < QK_K; i++)
+        w[i] = s.d * (float)s.scale[i / 16] * (float)(q[i] - s.offset) - s.dmin * (float)s.min[i / 16];
 }
 
-static size_t superblock_bytes(int type) { return (size_t)pi_type_get((uint32_t)type)->type_size; }
+KQ_INLINE size_t superblock_bytes(int type) { return (size_t)pi_type_get((uint32_t)type)->type_size; }
 
 static void kq_dequant(int type, const void *row, float *y, int n) {
     for (int s = 0; s < n / QK_K; s++) decode_superblock(type, (const uint8_t *)row + s * superblock_bytes(type), y + s * QK_K);
 }
 
-/* The activation as llama.cpp's K-quant dot products see it: each 256 values quantized to 8
- * bits (Q8_K: the value of largest magnitude maps to -127, round to nearest even), here kept
- * as the floats d * q. */
-static void q8k_round(const float *x, float *out) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < QK_K; j++)
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
+/* The activation as llama.cpp's K-quant dot products take it, Q8_K: each 256 values in 8 bits,
+ * the value of largest magnitude mapping to -127, rounded to nearest even; and the sum of each 16.
+ * The clamp only changes NaN inputs, which keeps the conversion defined. */
+static void quantize_act_k(const float *x, block_q8k *y, int n) {
+    for (int b = 0; b < n / QK_K; b++, x += QK_K, y++) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+        for (int j = 0; j < QK_K; j++) y->qs[j] = (int8_t)nearbyintf(fminf(fmaxf(iscale * x[j], -127.0f), 127.0f));
+        for (int g = 0; g < QK_K / 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += y->qs[16 * g + j];
+            y->bsums[g] = (int16_t)sum;
         }
-    if (amax == 0.0f) {
-        memset(out, 0, QK_K * sizeof(float));
-        return;
-    }
-    const float iscale = -127.0f / max, d = 1.0f / iscale;
-    for (int j = 0; j < QK_K; j++) {
-        const float q = nearbyintf(iscale * x[j]);
-        out[j] = d * (q < 127.0f ? q : 127.0f);
+        y->d = amax != 0.0f ? 1.0f / iscale : 0.0f;
     }
 }
 
-/* sum of a[j] * b[j] over a super-block, in 16 lanes: one AVX-512 register, two AVX2 ones */
-static float dot_superblock(const float *a, const float *b) {
-    float acc[16] = { 0 };
-    for (int j = 0; j < QK_K; j += 16)
-        for (int k = 0; k < 16; k++) acc[k] += a[j + k] * b[j + k];
-    for (int width = 8; width > 0; width /= 2)
-        for (int k = 0; k < width; k++) acc[k] += acc[k + width];
-    return acc[0];
-}
+enum { K_TOKENS = 16 }; /* tokens a decoded super-block is dotted with before the next is decoded */
 
-enum { K_TOKENS = 16 }; /* tokens whose rounded activations are held at once (16 KiB) */
-
+/* Rows outer, then each row's super-blocks, each unpacked once for up to K_TOKENS tokens. */
 static void kq_matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x, int nt,
-                   float *Y, int y_stride) {
-    float w[QK_K], xs[K_TOKENS][QK_K];
-    for (int t = 0; t < nt; t++)
-        for (int i = 0; i < nr; i++) Y[(size_t)t * y_stride + i] = 0.0f;
+                      float *Y, int y_stride) {
+    const int nsb = x.n / QK_K;
+    const size_t sbb = superblock_bytes(type);
     for (int t0 = 0; t0 < nt; t0 += K_TOKENS) {
         const int tn = nt - t0 < K_TOKENS ? nt - t0 : K_TOKENS;
-        for (int s = 0; s < x.n / QK_K; s++) {
-            for (int t = 0; t < tn; t++) q8k_round(x.f + (size_t)(t0 + t) * x.n + s * QK_K, xs[t]);
-            for (int i = 0; i < nr; i++) {
-                decode_superblock(type, pi_matmul_row(W, row_bytes, idx, r0, i) + s * superblock_bytes(type), w);
-                for (int t = 0; t < tn; t++) Y[(size_t)(t0 + t) * y_stride + i] += dot_superblock(w, xs[t]);
-            }
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *row = pi_matmul_row(W, row_bytes, idx, r0, i);
+            kq_acc acc[K_TOKENS];
+            for (int t = 0; t < tn; t++) acc[t] = kq_acc_zero();
+            for (int s = 0; s < nsb; s++) dot_superblock(type, row + s * sbb, x.k + (size_t)t0 * nsb + s, nsb, tn, acc);
+            for (int t = 0; t < tn; t++) Y[(size_t)(t0 + t) * y_stride + i] = kq_acc_sum(acc[t]);
         }
     }
 }
@@ -181,6 +353,7 @@ static void axpy_rows_q5_k(const void *W, size_t rb, const int32_t *rows, const 
 static void axpy_rows_q6_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { kq_axpy_rows(PI_TYPE_Q6_K, W, rb, rows, a, n, y, d); }
 
 static void fill_kquants(pi_kernels *k) {
+    k->quantize_act_k = quantize_act_k;
     k->matmul[PI_TYPE_Q2_K] = matmul_q2_k;
     k->matmul[PI_TYPE_Q3_K] = matmul_q3_k;
     k->matmul[PI_TYPE_Q4_K] = matmul_q4_k;
