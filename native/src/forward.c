@@ -3,6 +3,7 @@
  * Shapes: B tokens in this step, d = n_embd, hd = head_dim, q_dim = n_head*hd, kv_dim = n_head_kv*hd.
  * Matmuls and attention run on the thread pool; the O(d) steps between them run on the caller. */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -186,12 +187,22 @@ static void round_to_f16(const pi_context *c, float *x, int n) {
 }
 
 /* GELU in its tanh form, as ggml's CPU backend computes it: from a table over f16 inputs (the
- * input rounded to f16, the result stored in f16), saturated outside [-10, 10]. */
+ * input rounded to f16, the result stored in f16), saturated outside [-10, 10]. The table is
+ * built once per process, on first use. */
+static pi_fp16 gelu_table[1 << 16];
+static pthread_once_t gelu_table_once = PTHREAD_ONCE_INIT;
+
+static void build_gelu_table(void) {
+    for (uint32_t i = 0; i < 1u << 16; i++) {
+        const float h = pi_fp16_to_f32((pi_fp16)i);
+        gelu_table[i] = pi_f32_to_fp16(0.5f * h * (1.0f + tanhf(0.7978845608f * h * (1.0f + 0.044715f * h * h))));
+    }
+}
+
 static float gelu_as_ggml(float x) {
     if (x <= -10.0f) return 0.0f;
     if (x >= 10.0f) return x;
-    const float h = pi_fp16_to_f32(pi_f32_to_fp16(x));
-    return pi_fp16_to_f32(pi_f32_to_fp16(0.5f * h * (1.0f + tanhf(0.7978845608f * h * (1.0f + 0.044715f * h * h)))));
+    return pi_fp16_to_f32(gelu_table[pi_f32_to_fp16(x)]);
 }
 
 /* g = act(g, u) over count values: SwiGLU, GELU GLU (gemma), or the ReLU forms of ReluLLaMA /
@@ -205,6 +216,7 @@ void pi_activate(const pi_context *c, float *g, const float *u, size_t count) {
         for (size_t i = 0; i < count; i++) g[i] = (g[i] > 0.0f ? g[i] : 0.0f) * (u[i] > 0.0f ? u[i] : 0.0f);
         break;
     case PI_ACT_GELU_GLU:
+        pthread_once(&gelu_table_once, build_gelu_table);
         for (size_t i = 0; i < count; i++) g[i] = gelu_as_ggml(g[i]) * u[i];
         break;
     default:
