@@ -340,8 +340,8 @@ def parse_args(argv=None):
     ap.add_argument("--recall", type=float, help=f"target weighted recall of the thresholds (default {DEFAULT_RECALL})")
     ap.add_argument("--down-t-type", choices=write.DOWN_T_TYPES, default="auto",
                     help="type of ffn_down_t: auto (default) = Q8_0 for a 4/5-bit ffn_down, whose same-type "
-                         "requantization costs several %% perplexity, else ffn_down's type; same = always "
-                         "ffn_down's type")
+                         "requantization costs several %% perplexity, and for a K-quant one, else ffn_down's "
+                         "type; same = always ffn_down's type")
     ap.add_argument("--epochs", type=int, default=4, help="predictor training epochs (default 4)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="native threads")
     ap.add_argument("--force", action="store_true", help="re-profile an input that already has a profile")

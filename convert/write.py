@@ -98,13 +98,15 @@ def _field_value(field) -> tuple[object, GGUFValueType, GGUFValueType | None]:
 # 4- and 5-bit block types: requantizing their transposed values in the same type adds a second
 # rounding as large as the first. Measured on SmolLM2-135M Q4_1 (held-out ppl, every row kept):
 # ffn_down_t in Q4_1 +7.6%, Q5_1 +6.5%, Q8_0 +0.7% (rows of the rare huge activations amplify it).
-LOSSY_REQUANT = {GGMLQuantizationType[n] for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1")}
+# The K-quants go to Q8_0 too: gguf-py cannot write them, and Q8_0 is half F16's bytes.
+LOSSY_REQUANT = {GGMLQuantizationType[n]
+                 for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")}
 DOWN_T_TYPES = ("auto", "same", "q8_0", "f16")
 
 
 def down_t_type(down_type: GGMLQuantizationType, n_embd: int, choice: str = "auto") -> GGMLQuantizationType:
     """The type of ffn_down_t, whose rows are n_embd long:
-    auto: Q8_0 for a 4/5-bit ffn_down (see LOSSY_REQUANT), else ffn_down's own type;
+    auto: Q8_0 for a 4/5-bit or K-quant ffn_down (see LOSSY_REQUANT), else ffn_down's own type;
     same: ffn_down's type (PowerInfer's and the issue's rule); q8_0, f16: that type.
     A block type whose block does not divide n_embd, or that gguf-py cannot quantize
     (K-quants), falls back to F16; F32 stays F32."""

@@ -171,7 +171,8 @@ def test_down_t_type_rule():
     assert write.down_t_type(Q.Q8_0, 576) == Q.Q8_0
     assert write.down_t_type(Q.F16, 576) == Q.F16
     assert write.down_t_type(Q.F32, 48) == Q.F32
-    assert write.down_t_type(Q.Q6_K, 4096) == Q.F16   # gguf-py cannot quantize K-quants
+    assert write.down_t_type(Q.Q6_K, 4096) == Q.Q8_0
+    assert write.down_t_type(Q.Q4_K, 640, "same") == Q.F16  # gguf-py cannot quantize K-quants
     assert write.down_t_type(Q.Q4_0, 48, "same") == Q.F16  # 48 is no multiple of 32
     assert write.down_t_type(Q.Q4_0, 48) == Q.F16
 

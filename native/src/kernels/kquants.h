@@ -283,7 +283,8 @@ static void kq_dequant(int type, const void *row, float *y, int n) {
 
 /* The activation as llama.cpp's K-quant dot products take it, Q8_K: each 256 values in 8 bits,
  * the value of largest magnitude mapping to -127, rounded to nearest even; and the sum of each 16.
- * The clamp only changes NaN inputs, which keeps the conversion defined. */
+ * The clamp only changes NaN inputs, which keeps the conversion defined; written as comparisons,
+ * which compile inline where fminf and fmaxf become calls. */
 static void quantize_act_k(const float *x, block_q8k *y, int n) {
     for (int b = 0; b < n / QK_K; b++, x += QK_K, y++) {
         float amax = 0.0f, max = 0.0f;
@@ -293,7 +294,10 @@ static void quantize_act_k(const float *x, block_q8k *y, int n) {
                 max = x[j];
             }
         const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
-        for (int j = 0; j < QK_K; j++) y->qs[j] = (int8_t)nearbyintf(fminf(fmaxf(iscale * x[j], -127.0f), 127.0f));
+        for (int j = 0; j < QK_K; j++) {
+            const float v = iscale * x[j]; /* NaN fails the first test: 127 */
+            y->qs[j] = (int8_t)nearbyintf(v <= 127.0f ? (v >= -127.0f ? v : -127.0f) : 127.0f);
+        }
         for (int g = 0; g < QK_K / 16; g++) {
             int sum = 0;
             for (int j = 0; j < 16; j++) sum += y->qs[16 * g + j];
