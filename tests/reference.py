@@ -95,6 +95,8 @@ class ReferenceModel:
         self.eps = self._hp("attention.layer_norm_rms_epsilon")
         self.freq_base = self._hp("rope.freq_base", 10000.0)
         self.freq_scale = self._rope_freq_scale()
+        # Mistral-style llama: each position sees itself and the window - 1 before it (0: no window)
+        self.window = self._hp("attention.sliding_window", 0) if arch == "llama" else 0
 
         tensors = {t.name: t for t in reader.tensors}
 
@@ -160,9 +162,15 @@ class ReferenceModel:
         group = self.n_head // self.n_head_kv
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
         scores = np.einsum("qhd,khd->hqk", q, k, dtype=np.float64) / np.sqrt(hd)  # [H, T, T]
-        scores[:, np.triu(np.ones((T, T), dtype=bool), 1)] = -np.inf          # causal
+        scores[:, self._masked(T)] = -np.inf
         out = np.einsum("hqk,khd->qhd", softmax(scores), v.astype(np.float64)).astype(np.float32)
         return linear(out.reshape(T, self.n_head * hd), layer.attn_output, layer.attn_output_b)
+
+    def _masked(self, T: int) -> np.ndarray:
+        """[T, T] True where query position i may not see key position j: j > i (causal), or
+        j <= i - window with a sliding window."""
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        return (j > i) | ((i - j >= self.window) if self.window else False)
 
     def forward(self, tokens, capture: bool = False):
         """Logits [T, n_vocab] for every position; with capture also, per layer,

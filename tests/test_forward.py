@@ -111,6 +111,21 @@ def test_synthetic_shapes_match_numpy_reference(variant, tmp_path):
     assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
 
 
+@pytest.mark.parametrize("n_batch", [512, 4, 1])
+@pytest.mark.parametrize("window", [1, 5])
+def test_sliding_window_llama_matches_numpy_reference(window, n_batch, tmp_path):
+    # Mistral-style: every layer sees only the last `window` positions, in one batch or across
+    # the KV cache of earlier ones
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", extra_kv={"llama.attention.sliding_window": window})
+    tokens = list(range(3, 40, 3))
+    ref = ReferenceModel(path).logits(tokens)
+    full = ReferenceModel(write_llama_gguf(tmp_path / "full.gguf", weight_type="F32")).logits(tokens)
+    assert compare_logits(full, ref)["kl_max"] > 1e-3  # the window changes the result
+    with Llama(str(path), n_ctx=64, n_batch=n_batch, logits_all=True, verbose=False) as llm:
+        stats = compare_logits(ref, teacher_forced(llm, tokens))
+    assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+
+
 @pytest.mark.parametrize("act", ["relu_glu", "relu_relu_glu"])
 def test_relu_family_activations_match_numpy_reference(act, tmp_path):
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32")

@@ -182,7 +182,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
         double f = pow((double)h->rope_freq_base, -2.0 * i / h->n_rot) * h->rope_freq_scale;
         if (m->rope_freqs) f /= m->rope_freqs[i];
         c->inv_freq[i] = (float)f;
-        c->inv_freq[h->n_rot / 2 + i] = m->swa_window ? (float)pow((double)m->rope_base_local, -2.0 * i / h->n_rot) : (float)f;
+        c->inv_freq[h->n_rot / 2 + i] = m->rope_base_local > 0.0f ? (float)pow((double)m->rope_base_local, -2.0 * i / h->n_rot) : (float)f;
     }
     int rc = pi_threadpool_new(pool_size, &c->pool);
     if (!rc) rc = start_split(c);

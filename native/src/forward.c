@@ -149,7 +149,7 @@ static void add_bias(float *y, const float *b, int n, int dim) {
 /* cos/sin of every rotated pair for each token of the step, shared by all layers; a second
  * table for the local layers' base when the model has them */
 static void rope_table(pi_context *c, int pos0, int n) {
-    const int half = c->model->info.n_rot / 2, tables = c->model->swa_window ? 2 : 1;
+    const int half = c->model->info.n_rot / 2, tables = c->model->rope_base_local > 0.0f ? 2 : 1;
     for (int k = 0; k < tables; k++)
         for (int t = 0; t < n; t++)
             for (int i = 0; i < half; i++) {
@@ -313,8 +313,8 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         add_bias(c->v, L->attn_v_b, n, kv_dim);
         if (L->attn_q_norm) rmsnorm(c, c->q, L->attn_q_norm, c->q, n * h->n_head, hd); /* per head */
         if (L->attn_k_norm) rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
-        rope(c, c->q, h->n_head, n, L->local);
-        rope(c, c->k, h->n_head_kv, n, L->local);
+        rope(c, c->q, h->n_head, n, L->rope_local);
+        rope(c, c->k, h->n_head_kv, n, L->rope_local);
         const size_t cache_at = ((size_t)il * c->n_ctx + (size_t)pos0) * kv_dim;
         c->vec.to_f16(c->k, c->k_cache + cache_at, n * kv_dim);
         c->vec.to_f16(c->v, c->v_cache + cache_at, n * kv_dim);

@@ -70,10 +70,7 @@ static int read_arch(pi_model *m) {
 /* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
  * and post-norms (bound with the tensors), GELU GLU, and five local (sliding-window) layers to
  * one global, the local ones with their own rope base, as llama.cpp runs it. */
-static int read_traits(pi_model *m) {
-    m->embd_scale = 1.0f;
-    m->rope_neox = strcmp(m->arch, "qwen2") == 0;
-    if (strcmp(m->arch, "gemma3") != 0) return PI_OK;
+static int read_gemma3(pi_model *m) {
     uint32_t window = 512;
     float local_base = 10000.0f;
     int rc;
@@ -87,6 +84,19 @@ static int read_traits(pi_model *m) {
     m->swa_window = (int32_t)window;
     m->rope_base_local = local_base;
     return PI_OK;
+}
+
+static int read_traits(pi_model *m) {
+    m->embd_scale = 1.0f;
+    m->rope_neox = strcmp(m->arch, "qwen2") == 0;
+    if (strcmp(m->arch, "gemma3") == 0) return read_gemma3(m);
+    /* Mistral-style llama: every layer sees the last `window` positions, with the global rope;
+     * 0, like an absent key, means no window (llama.cpp's n_swa) */
+    uint32_t window = 0;
+    int rc = strcmp(m->arch, "llama") == 0 ? arch_key_u32(m, "attention.sliding_window", 0, &window) : PI_OK;
+    if (window > INT32_MAX) window = INT32_MAX; /* wider than any context: no window in effect */
+    m->swa_window = (int32_t)window;
+    return rc;
 }
 
 static int read_hparams(pi_model *m) {
@@ -263,7 +273,9 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_vector(m, &L->post_attn_norm, &cur, NAME("post_attention_norm.weight"), d, gemma)) ||
             (rc = bind_vector(m, &L->post_ffn_norm, &cur, NAME("post_ffw_norm.weight"), d, gemma)))
             return rc;
-        L->local = m->swa_window > 0 && (il + 1) % 6 != 0; /* gemma3: every sixth layer is global */
+        /* gemma3: every sixth layer is global, the others local with their own rope base */
+        L->local = m->swa_window > 0 && !(gemma && (il + 1) % 6 == 0);
+        L->rope_local = gemma && L->local;
 #undef NAME
     }
     m->has_predictors = 1;

@@ -23,7 +23,8 @@ typedef struct {
     float *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b; /* optional biases, NULL when absent */
     float *attn_q_norm, *attn_k_norm;   /* [head_dim] RMSNorm of each head of q and k (gemma3), or NULL */
     float *post_attn_norm, *post_ffn_norm; /* [n_embd] RMSNorm of the attention / FFN output before the residual */
-    int local;              /* sliding-window attention, with the local rope base (gemma3) */
+    int local;              /* sliding-window attention: sees only the last swa_window positions */
+    int rope_local;         /* rotates with the local rope base (gemma3's local layers) */
 
     /* activation sparsity, from files written by convert/add_profile.py or PowerInfer */
     pi_weight fc1;          /* predictor, n_embd -> rank */
@@ -48,7 +49,7 @@ struct pi_model {
     float embd_scale;       /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
     int rope_neox;          /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
     int32_t swa_window;     /* local layers attend to the last swa_window positions */
-    float rope_base_local;  /* rope base of the local layers */
+    float rope_base_local;  /* rope base of the rope_local layers; 0 when none */
     pi_layer *layers;       /* [n_layer] */
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
     int32_t max_rank;       /* largest predictor rank over the layers */
