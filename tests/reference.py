@@ -52,6 +52,7 @@ class Layer:
     ffn_down_b: np.ndarray | None = None
 
 
+ARCHS = ("llama", "qwen2", "phi3")
 LAYER_WEIGHTS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 LAYER_BIASES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
@@ -82,10 +83,10 @@ class ReferenceModel:
         # Tokenizer arrays are skipped: slow to unpack and not needed for logits.
         self._kv = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("tokenizer.")}
         arch = self._kv["general.architecture"]
-        if arch not in ("llama", "qwen2"):
-            raise ValueError(f"reference supports arch 'llama' and 'qwen2', not {arch!r}")
+        if arch not in ARCHS:
+            raise ValueError(f"reference supports arch {', '.join(ARCHS)}, not {arch!r}")
         self.arch = arch
-        self.neox = arch == "qwen2"  # qwen2: llama's graph with NeoX rope (pairs i, i + n_rot/2)
+        self.neox = arch in ("qwen2", "phi3")  # NeoX rope (pairs i, i + n_rot/2)
         self.act = ACTIVATIONS[act or "silu_glu"]
         self.n_layer = self._hp("block_count")
         self.n_head = self._hp("attention.head_count")
@@ -113,11 +114,22 @@ class ReferenceModel:
         if self.output is None:
             self.output = self.token_embd                          # tied
         self.rope_freqs = get("rope_freqs.weight", required=False)  # [n_rot/2] llama3 factors
-        self.layers = [
-            Layer(**{f: get(f"blk.{i}.{f}.weight") for f in LAYER_WEIGHTS},
-                  **{f + "_b": get(f"blk.{i}.{f}.bias", required=False) for f in LAYER_BIASES})
-            for i in range(self.n_layer)
-        ]
+        self.output_b = get("output.bias", required=False)           # [n_vocab]
+        self.layers = [self._layer(get, i) for i in range(self.n_layer)]
+
+    def _layer(self, get, i: int) -> Layer:
+        w = {f: get(f"blk.{i}.{f}.weight", required=False) for f in LAYER_WEIGHTS + ("attn_qkv",)}
+        if self.arch == "phi3":
+            # Phi-3's qkv_proj rows are [q; k; v], and its gate_up_proj rows [gate; up].
+            q_dim, kv_dim = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+            if w["attn_q"] is None:
+                w["attn_q"], w["attn_k"], w["attn_v"] = np.split(get(f"blk.{i}.attn_qkv.weight"), [q_dim, q_dim + kv_dim])
+            w["ffn_gate"], w["ffn_up"] = np.split(get(f"blk.{i}.ffn_up.weight"), 2)
+        del w["attn_qkv"]
+        missing = [f for f in LAYER_WEIGHTS if w[f] is None]
+        if missing:
+            raise ValueError(f"missing tensor blk.{i}.{missing[0]}.weight")
+        return Layer(**w, **{f + "_b": get(f"blk.{i}.{f}.bias", required=False) for f in LAYER_BIASES})
 
     def _hp(self, key: str, default=None):
         return self._kv.get(f"{self.arch}.{key}", default)
@@ -187,7 +199,7 @@ class ReferenceModel:
             x = x + linear(a, layer.ffn_down, layer.ffn_down_b)
             if capture:
                 captured.append({"ffn_in": f, "act": a})
-        logits = rms_norm(x, self.output_norm, self.eps) @ self.output.T
+        logits = linear(rms_norm(x, self.output_norm, self.eps), self.output, self.output_b)
         return (logits, captured) if capture else logits
 
     def logits(self, tokens) -> np.ndarray:

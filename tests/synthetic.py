@@ -88,7 +88,7 @@ class _TensorPlan:
 
 
 def _tensor_plan(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, weight_type,
-                 output_type, biases) -> list[_TensorPlan]:
+                 output_type, biases, arch="llama") -> list[_TensorPlan]:
     head_dim = n_embd // n_head
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     wtype = GGMLQuantizationType[weight_type]
@@ -104,25 +104,30 @@ def _tensor_plan(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, weight_ty
     def norm(name):
         return _TensorPlan(name, (n_embd,), f32, 0.1, is_norm=True)
 
+    def bias(name, n):
+        return _TensorPlan(name, (n,), f32, 0.1)
+
+    if arch == "phi3" and output_type is None:
+        output_type = weight_type  # llama.cpp's phi3 requires output.weight
     plan = [_TensorPlan("token_embd.weight", (n_vocab, n_embd), wtype, embd_std), norm("output_norm.weight")]
     if output_type is not None:
         plan.append(_TensorPlan("output.weight", (n_vocab, n_embd), GGMLQuantizationType[output_type], embd_std))
     for i in range(n_layer):
         blk = f"blk.{i}."
-        plan += [
-            norm(blk + "attn_norm.weight"),
-            linear(blk + "attn_q.weight", q_dim, n_embd),
-            linear(blk + "attn_k.weight", kv_dim, n_embd),
-            linear(blk + "attn_v.weight", kv_dim, n_embd),
-            linear(blk + "attn_output.weight", n_embd, q_dim),
-            norm(blk + "ffn_norm.weight"),
-            linear(blk + "ffn_gate.weight", n_ff, n_embd),
-            linear(blk + "ffn_up.weight", n_ff, n_embd),
-            linear(blk + "ffn_down.weight", n_embd, n_ff),
-        ]
+        if arch == "phi3":  # fused: qkv rows [q; k; v], up rows [gate; up]
+            qkv = [linear(blk + "attn_qkv.weight", q_dim + 2 * kv_dim, n_embd)]
+            gate_up = [linear(blk + "ffn_up.weight", 2 * n_ff, n_embd)]
+        else:
+            qkv = [linear(blk + "attn_q.weight", q_dim, n_embd), linear(blk + "attn_k.weight", kv_dim, n_embd),
+                   linear(blk + "attn_v.weight", kv_dim, n_embd)]
+            gate_up = [linear(blk + "ffn_gate.weight", n_ff, n_embd), linear(blk + "ffn_up.weight", n_ff, n_embd)]
+        plan += [norm(blk + "attn_norm.weight"), *qkv, linear(blk + "attn_output.weight", n_embd, q_dim),
+                 norm(blk + "ffn_norm.weight"), *gate_up, linear(blk + "ffn_down.weight", n_embd, n_ff)]
         if biases:
-            plan += [_TensorPlan(blk + f"{t}.bias", (n,), f32, 0.1)
+            plan += [bias(blk + f"{t}.bias", n)
                      for t, n in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim), ("attn_output", n_embd))]
+    if biases and arch == "phi3":
+        plan.append(bias("output.bias", n_vocab))
     return plan
 
 
@@ -168,7 +173,8 @@ def _metadata(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train,
     tokens, types, merges = byte_bpe_vocab(n_vocab)
     u32, f32, s, arr = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING, GGUFValueType.ARRAY
     return {
-        "general.name": (f"synthetic-{arch}", s),
+        # not naming the arch: llama.cpp sets token attributes by name, and for "phi3" looks up "</s>"
+        "general.name": ("synthetic", s),
         f"{arch}.vocab_size": (n_vocab, u32),
         f"{arch}.context_length": (n_ctx_train, u32),
         f"{arch}.embedding_length": (n_embd, u32),
@@ -211,10 +217,12 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
     extra_kv: {key: value or (value, GGUFValueType)} added or overriding;
     omit_tensor / omit_key: leave that tensor / key out (loader tests);
     tensor_types: {tensor name: type name} per-tensor overrides, K-quants written as zeros;
-    biases: add llama.cpp's optional attn_q/k/v/output biases.
+    biases: add llama.cpp's optional attn_q/k/v/output biases;
+    arch: llama's tensor set, or another architecture's as llama.cpp names it (phi3: fused
+    attn_qkv and gate-up ffn_up, and output.weight always).
     """
     dims = dict(n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff)
-    plan = _tensor_plan(**dims, weight_type=weight_type, output_type=output_type, biases=biases)
+    plan = _tensor_plan(**dims, weight_type=weight_type, output_type=output_type, biases=biases, arch=arch)
     for name, type_name in (tensor_types or {}).items():
         next(t for t in plan if t.name == name).qtype = GGMLQuantizationType[type_name]
     if omit_tensor is not None:

@@ -111,6 +111,26 @@ def test_synthetic_shapes_match_numpy_reference(variant, tmp_path):
     assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
 
 
+# shapes of each further architecture; GQA (n_head_kv 2 of 4 heads) where the arch allows it
+ARCH_SHAPES = {
+    "phi3": [dict(), dict(n_head_kv=4), dict(biases=True, n_layer=3)],  # fused qkv and gate-up, output bias
+}
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q8_0", "Q4_0"])
+@pytest.mark.parametrize("arch, shape", [(a, s) for a, shapes in ARCH_SHAPES.items() for s in shapes])
+def test_arch_matches_numpy_reference(arch, shape, weight_type, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", arch=arch, weight_type=weight_type, **shape)
+    tokens = [5, 17, 200, 3, 99, 42, 7, 128, 250, 1, 64, 33]
+    ref = ReferenceModel(path).logits(tokens)
+    with Llama(str(path), n_ctx=64, n_batch=8, logits_all=True, verbose=False) as llm:  # a prompt and a cached part
+        stats = compare_logits(ref, teacher_forced(llm, tokens))
+    if weight_type == "F32":
+        assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+    else:  # 8-bit activations, as llama.cpp
+        assert stats["kl_mean"] < 5e-3 and stats["top1"] >= 0.9, stats
+
+
 @pytest.mark.parametrize("n_batch", [512, 4, 1])
 @pytest.mark.parametrize("window", [1, 5])
 def test_sliding_window_llama_matches_numpy_reference(window, n_batch, tmp_path):

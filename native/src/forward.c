@@ -362,6 +362,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         pi_act a = pi_quantize(&c->kern, normed, c->out_q, n_out, d);
         const mm_target out = { &m->output, c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * h->n_vocab : 0) };
         matmul(c, a, n_out, &out, 1);
+        add_bias(out.Y, m->output_b, n_out, h->n_vocab);
     }
     c->n_past = pos0 + n;
     c->stats.tokens += n;

@@ -10,12 +10,20 @@
 #include "placement.h"
 #include "status.h"
 
-/* Architectures we run, and the FFN activation each implies. */
-static const struct { const char *arch; int ffn_act; } ARCHS[] = {
-    { "llama", PI_ACT_SILU_GLU },
-    { "bamboo", PI_ACT_RELU_RELU_GLU }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
-    { "gemma3", PI_ACT_GELU_GLU },
-    { "qwen2", PI_ACT_SILU_GLU },       /* llama's block with q/k/v biases and NeoX rope */
+/* What an architecture changes in the llama block (pi_model.traits). */
+enum {
+    ARCH_ROPE_NEOX = 1 << 0,     /* rotate pairs (i, i + n_rot/2) */
+    ARCH_FUSED_QKV = 1 << 1,     /* blk.N.attn_qkv: q rows, then k, then v (separate tensors when absent) */
+    ARCH_FUSED_GATE_UP = 1 << 2, /* blk.N.ffn_up holds 2 n_ff rows: gate, then up */
+};
+
+/* Architectures we run, the FFN activation each implies, and its traits. */
+static const struct { const char *arch; int ffn_act; unsigned traits; } ARCHS[] = {
+    { "llama", PI_ACT_SILU_GLU, 0 },
+    { "bamboo", PI_ACT_RELU_RELU_GLU, 0 }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
+    { "gemma3", PI_ACT_GELU_GLU, ARCH_ROPE_NEOX },
+    { "qwen2", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX }, /* llama's block with q/k/v biases */
+    { "phi3", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_FUSED_GATE_UP },
 };
 
 static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu", "gelu_glu" };
@@ -62,9 +70,11 @@ static int read_arch(pi_model *m) {
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
         if (strcmp(ARCHS[i].arch, m->arch) == 0) {
             m->info.ffn_act = ARCHS[i].ffn_act;
+            m->traits = ARCHS[i].traits;
             return PI_OK;
         }
-    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2)", m->arch);
+    return pi_set_error(PI_ERR_UNSUPPORTED,
+                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, phi3)", m->arch);
 }
 
 /* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
@@ -80,7 +90,6 @@ static int read_gemma3(pi_model *m) {
     if (window == 0 || !(local_base > 0.0f) || !isfinite(local_base))
         return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible sliding window %u or local rope base %g", window, local_base);
     m->embd_scale = sqrtf((float)m->info.n_embd);
-    m->rope_neox = 1;
     m->swa_window = (int32_t)window;
     m->rope_base_local = local_base;
     return PI_OK;
@@ -88,7 +97,7 @@ static int read_gemma3(pi_model *m) {
 
 static int read_traits(pi_model *m) {
     m->embd_scale = 1.0f;
-    m->rope_neox = strcmp(m->arch, "qwen2") == 0;
+    m->rope_neox = (m->traits & ARCH_ROPE_NEOX) != 0;
     if (strcmp(m->arch, "gemma3") == 0) return read_gemma3(m);
     /* Mistral-style llama: every layer sees the last `window` positions, with the global rope;
      * 0, like an absent key, means no window (llama.cpp's n_swa) */
@@ -221,6 +230,69 @@ static int read_thresholds(pi_model *m) {
     return PI_OK;
 }
 
+/* Rows [row0, row0 + n) of a bound weight as a weight of its own: a view, no copy. */
+static void view_rows(pi_weight *part, const pi_weight *whole, const char *what, int64_t row0, int64_t n) {
+    *part = *whole;
+    const size_t len = strlen(part->name); /* < sizeof name: snprintf wrote it */
+    snprintf(part->name + len, sizeof part->name - len, ":%s", what);
+    part->n_out = n;
+    part->data = whole->data + (size_t)row0 * whole->row_bytes;
+}
+
+/* q, k and v from their own tensors, or as views of a fused attn_qkv (q rows, then k, then v) */
+static int bind_qkv(pi_model *m, pi_layer *L, int il, int64_t d, int64_t q_dim, int64_t kv_dim) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.attn_q.weight", il);
+    const int has_q = gguf_find_tensor(&m->file, name) != NULL;
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+    if ((m->traits & ARCH_FUSED_QKV) && (gguf_find_tensor(&m->file, name) || !has_q)) {
+        pi_weight qkv;
+        int rc = bind_weight(m, &qkv, name, d, q_dim + 2 * kv_dim, 1);
+        if (rc) return rc;
+        view_rows(&L->attn_q, &qkv, "q", 0, q_dim);
+        view_rows(&L->attn_k, &qkv, "k", q_dim, kv_dim);
+        view_rows(&L->attn_v, &qkv, "v", q_dim + kv_dim, kv_dim);
+        return PI_OK;
+    }
+    int rc;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", il, s), name)
+    if ((rc = bind_weight(m, &L->attn_q, NAME("attn_q.weight"), d, q_dim, 1)) ||
+        (rc = bind_weight(m, &L->attn_k, NAME("attn_k.weight"), d, kv_dim, 1)) ||
+        (rc = bind_weight(m, &L->attn_v, NAME("attn_v.weight"), d, kv_dim, 1)))
+        return rc;
+#undef NAME
+    return PI_OK;
+}
+
+/* gate and up from their own tensors, or as the two halves of phi3's ffn_up (gate rows first,
+ * as llama.cpp's SwiGLU split takes them) */
+static int bind_gate_up(pi_model *m, pi_layer *L, int il, int64_t d, int64_t n_ff) {
+    char name[64];
+    int rc;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", il, s), name)
+    if (m->traits & ARCH_FUSED_GATE_UP) {
+        pi_weight gate_up;
+        if ((rc = bind_weight(m, &gate_up, NAME("ffn_up.weight"), d, 2 * n_ff, 1))) return rc;
+        view_rows(&L->ffn_gate, &gate_up, "gate", 0, n_ff);
+        view_rows(&L->ffn_up, &gate_up, "up", n_ff, n_ff);
+        return PI_OK;
+    }
+    if ((rc = bind_weight(m, &L->ffn_gate, NAME("ffn_gate.weight"), d, n_ff, 1)) ||
+        (rc = bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, n_ff, 1)))
+        return rc;
+#undef NAME
+    return PI_OK;
+}
+
+/* phi3's LongRoPE factors rescale the rope by context length: not run here, so refused */
+static int refuse_long_rope(const pi_model *m) {
+    const char *names[] = { "rope_factors_long.weight", "rope_factors_short.weight" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (gguf_find_tensor(&m->file, names[i]))
+            return pi_set_error(PI_ERR_UNSUPPORTED, "LongRoPE ('%s') is not supported", names[i]);
+    return PI_OK;
+}
+
 static int bind_tensors(pi_model *m) {
     const pi_model_info *h = &m->info;
     const int64_t d = h->n_embd, q_dim = (int64_t)h->n_head * m->head_dim, kv_dim = (int64_t)h->n_head_kv * m->head_dim;
@@ -230,11 +302,12 @@ static int bind_tensors(pi_model *m) {
     m->info.n_vocab = (int32_t)emb->ne[1];
     if ((rc = bind_weight(m, &m->token_embd, "token_embd.weight", d, emb->ne[1], 1))) return rc;
     if ((rc = bind_weight(m, &m->output, "output.weight", d, h->n_vocab, 0))) return rc;
+    if ((rc = refuse_long_rope(m))) return rc;
     if (!m->output.data) {
         m->output = m->token_embd;
         m->info.tied_output = 1;
     }
-    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 +
+    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_vocab +
                       (size_t)h->n_layer * (size_t)(6 * d + q_dim + 2 * kv_dim + 3 * h->n_ff + 2 * m->head_dim);
     m->vectors = malloc(n_floats * sizeof(float));
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
@@ -242,6 +315,7 @@ static int bind_tensors(pi_model *m) {
     float *cur = m->vectors;
     const int gemma = strcmp(m->arch, "gemma3") == 0;
     if ((rc = bind_vector(m, &m->output_norm, &cur, "output_norm.weight", d, 1)) ||
+        (rc = bind_vector(m, &m->output_b, &cur, "output.bias", h->n_vocab, 0)) ||
         (rc = bind_vector(m, &m->rope_freqs, &cur, "rope_freqs.weight", h->n_rot / 2, 0)))
         return rc;
     for (int il = 0; il < h->n_layer; il++) {
@@ -249,17 +323,14 @@ static int bind_tensors(pi_model *m) {
         char name[64];
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", il, s), name)
         if ((rc = bind_vector(m, &L->attn_norm, &cur, NAME("attn_norm.weight"), d, 1)) ||
-            (rc = bind_weight(m, &L->attn_q, NAME("attn_q.weight"), d, q_dim, 1)) ||
-            (rc = bind_weight(m, &L->attn_k, NAME("attn_k.weight"), d, kv_dim, 1)) ||
-            (rc = bind_weight(m, &L->attn_v, NAME("attn_v.weight"), d, kv_dim, 1)) ||
+            (rc = bind_qkv(m, L, il, d, q_dim, kv_dim)) ||
             (rc = bind_vector(m, &L->attn_q_b, &cur, NAME("attn_q.bias"), q_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_k_b, &cur, NAME("attn_k.bias"), kv_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_v_b, &cur, NAME("attn_v.bias"), kv_dim, 0)) ||
             (rc = bind_weight(m, &L->attn_output, NAME("attn_output.weight"), q_dim, d, 1)) ||
             (rc = bind_vector(m, &L->attn_output_b, &cur, NAME("attn_output.bias"), d, 0)) ||
             (rc = bind_vector(m, &L->ffn_norm, &cur, NAME("ffn_norm.weight"), d, 1)) ||
-            (rc = bind_weight(m, &L->ffn_gate, NAME("ffn_gate.weight"), d, h->n_ff, 1)) ||
-            (rc = bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, h->n_ff, 1)) ||
+            (rc = bind_gate_up(m, L, il, d, h->n_ff)) ||
             (rc = bind_weight(m, &L->ffn_down_t, NAME("ffn_down_t.weight"), d, h->n_ff, 0)) ||
             /* PowerInfer's files carry only the transposed down matrix */
             (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, !L->ffn_down_t.data)) ||

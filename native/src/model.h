@@ -44,8 +44,10 @@ struct pi_model {
     pi_weight token_embd;   /* n_vocab rows of n_embd */
     float *output_norm;     /* [n_embd] */
     pi_weight output;       /* n_embd -> n_vocab; token_embd when tied */
+    float *output_b;        /* [n_vocab] optional bias of the logits */
     float *rope_freqs;      /* optional per-pair divisors of theta (llama 3.1 scaling), [n_rot/2] */
     /* what an architecture changes in the llama block */
+    unsigned traits;        /* ARCH_* of model.c */
     float embd_scale;       /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
     int rope_neox;          /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
     int32_t swa_window;     /* local layers attend to the last swa_window positions */
