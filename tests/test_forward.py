@@ -7,9 +7,9 @@ import pytest
 from pydoc_data.topics import topics
 
 from reference import ReferenceModel, compare_logits
-from synthetic import WEIGHT_TYPES, write_llama_gguf
+from synthetic import WEIGHT_TYPES, powerinfer_layout, write_llama_gguf
 
-from pypowerinfer import Llama
+from pypowerinfer import Llama, UnsupportedError
 
 N_TEACHER = 512
 
@@ -114,6 +114,9 @@ def test_synthetic_shapes_match_numpy_reference(variant, tmp_path):
 # shapes of each further architecture; GQA (n_head_kv 2 of 4 heads) where the arch allows it
 ARCH_SHAPES = {
     "phi3": [dict(), dict(n_head_kv=4), dict(biases=True, n_layer=3)],  # fused qkv and gate-up, output bias
+    "opt": [dict(n_head_kv=4), dict(n_head_kv=4, n_layer=3, n_embd=96, n_ff=160)],  # OPT is multi-head only
+    "falcon": [dict(), dict(n_head_kv=1),                                  # falcon-7b is multi-query
+               dict(n_head_kv=4, attn_norm_2=True, output_type="F32")],    # falcon-40b's two norms
 }
 
 
@@ -168,3 +171,34 @@ def test_kernel_tiers_agree_end_to_end(impl, tmp_path):
         pytest.skip(f"kernel tier {impl} is not available on this CPU")
     with llm:
         np.testing.assert_allclose(teacher_forced(llm, tokens), ref, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("arch, act", [("opt", "relu"), ("falcon", "relu")])
+def test_powerinfer_layout_runs_dense(arch, act, tmp_path):
+    # PowerInfer's OPT / ReluFalcon files: ffn_down_t only, and predictors the sparse FFN (gated
+    # FFNs only) cannot use; the PWRI magic makes falcon's FFN a ReLU
+    plain = write_llama_gguf(tmp_path / "plain.gguf", arch=arch, weight_type="F32", n_head_kv=4)
+    path = powerinfer_layout(plain, tmp_path / "pwri.gguf")
+    tokens = list(range(3, 40, 3))
+    ref = ReferenceModel(plain, act=act).logits(tokens)
+    with Llama(str(path), n_ctx=64, logits_all=True, verbose=False, sparse=False) as llm:
+        assert llm._model.info.ffn_act == act
+        stats = compare_logits(ref, teacher_forced(llm, tokens))
+    assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+    with pytest.raises(UnsupportedError, match="sparse"):
+        Llama(str(path), n_ctx=64, verbose=False)
+
+
+@pytest.mark.parametrize("arch, act", [("opt", "silu_glu"), ("llama", "relu")])
+def test_activation_must_fit_the_ffn(arch, act, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", arch=arch, n_head_kv=4)
+    with pytest.raises(UnsupportedError, match="gate"):
+        Llama(str(path), n_ctx=64, verbose=False, ffn_act=act)
+
+
+def test_context_beyond_learned_positions_is_refused(tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", arch="opt", n_head_kv=4, n_ctx_train=66)  # 64 positions
+    with Llama(str(path), n_ctx=64, verbose=False) as llm:
+        llm.eval(list(range(64)))
+    with pytest.raises(ValueError, match="learned positions"):
+        Llama(str(path), n_ctx=65, verbose=False)

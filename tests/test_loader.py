@@ -139,16 +139,21 @@ def _replaced(tmp_path, name: str, rows: int, **write_kwargs) -> str:
     return rewrite_gguf(good, tmp_path / "bad.gguf", {name: np.zeros((rows, cols), np.float32)}, drop={name})
 
 
-@pytest.mark.parametrize("name, rows", [("blk.1.attn_qkv.weight", 64 + 32),    # v missing
-                                        ("blk.0.ffn_up.weight", 96)])          # up half missing
-def test_wrong_fused_shape_is_refused(tmp_path, name, rows):
+@pytest.mark.parametrize("arch, name, rows", [("phi3", "blk.1.attn_qkv.weight", 64 + 32),   # v missing
+                                              ("phi3", "blk.0.ffn_up.weight", 96),          # up half missing
+                                              ("falcon", "blk.0.attn_qkv.weight", 64 + 64 + 32),
+                                              ("opt", "position_embd.weight", 2)])          # no position left
+def test_wrong_fused_shape_is_refused(tmp_path, arch, name, rows):
     with pytest.raises(ValueError, match=name.replace(".", r"\.")):
-        Llama(_replaced(tmp_path, name, rows, arch="phi3"), verbose=False)
+        Llama(_replaced(tmp_path, name, rows, arch=arch), verbose=False)
 
 
-def test_missing_fused_tensor_is_named(tmp_path):
-    path = write_llama_gguf(tmp_path / "m.gguf", arch="phi3", omit_tensor="blk.1.attn_qkv.weight")
-    with pytest.raises(ValueError, match=r"blk\.1\.attn_qkv\.weight"):
+@pytest.mark.parametrize("arch, name", [("phi3", "blk.1.attn_qkv.weight"), ("falcon", "blk.1.attn_qkv.weight"),
+                                        ("falcon", "blk.0.attn_norm.bias"), ("opt", "position_embd.weight"),
+                                        ("opt", "output_norm.bias"), ("opt", "blk.1.ffn_norm.weight")])
+def test_missing_tensor_of_an_arch_is_named(tmp_path, arch, name):
+    path = write_llama_gguf(tmp_path / "m.gguf", arch=arch, omit_tensor=name)
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
         Llama(str(path), verbose=False)
 
 

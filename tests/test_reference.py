@@ -102,6 +102,9 @@ def test_synthetic_f32_matches_llama_cpp(name, tmp_path):
 SYNTHETIC_ARCHS = {
     "phi3_gqa": dict(arch="phi3"),
     "phi3_mha": dict(arch="phi3", n_head_kv=4),
+    "falcon_7b_mqa": dict(arch="falcon", n_head_kv=1),
+    "falcon_gqa_untied": dict(arch="falcon", output_type="F32"),
+    "falcon_40b_two_norms": dict(arch="falcon", n_head_kv=4, attn_norm_2=True),
 }
 
 
