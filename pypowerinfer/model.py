@@ -23,7 +23,8 @@ _FLOAT_TYPES = (lib.PI_META_FLOAT32, lib.PI_META_FLOAT64)
 _UNSIGNED_TYPES = (lib.PI_META_UINT8, lib.PI_META_UINT16, lib.PI_META_UINT32, lib.PI_META_UINT64)
 
 ACTIVATIONS = {lib.PI_ACT_SILU_GLU: "silu_glu", lib.PI_ACT_RELU_GLU: "relu_glu",
-               lib.PI_ACT_RELU_RELU_GLU: "relu_relu_glu", lib.PI_ACT_GELU_GLU: "gelu_glu"}
+               lib.PI_ACT_RELU_RELU_GLU: "relu_relu_glu", lib.PI_ACT_GELU_GLU: "gelu_glu",
+               lib.PI_ACT_RELU: "relu", lib.PI_ACT_GELU: "gelu"}
 
 
 @dataclass(frozen=True)

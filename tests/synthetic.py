@@ -88,7 +88,7 @@ class _TensorPlan:
 
 
 def _tensor_plan(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, weight_type,
-                 output_type, biases) -> list[_TensorPlan]:
+                 output_type, biases, arch="llama", n_ctx_train=256, attn_norm_2=False) -> list[_TensorPlan]:
     head_dim = n_embd // n_head
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     wtype = GGMLQuantizationType[weight_type]
@@ -104,25 +104,45 @@ def _tensor_plan(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, weight_ty
     def norm(name):
         return _TensorPlan(name, (n_embd,), f32, 0.1, is_norm=True)
 
-    plan = [_TensorPlan("token_embd.weight", (n_vocab, n_embd), wtype, embd_std), norm("output_norm.weight")]
+    def bias(name, n):
+        return _TensorPlan(name, (n,), f32, 0.1)
+
+    def layer_norm(name):  # LayerNorm archs: weight and bias
+        return [norm(name + ".weight")] + ([bias(name + ".bias", n_embd)] if arch in LAYER_NORM_ARCHS else [])
+
+    if arch == "phi3" and output_type is None:
+        output_type = weight_type  # llama.cpp's phi3 requires output.weight
+    plan = [_TensorPlan("token_embd.weight", (n_vocab, n_embd), wtype, embd_std), *layer_norm("output_norm")]
+    if arch == "opt":  # as PowerInfer's converter: n_ctx_train rows, read from row pos + 2
+        plan.append(_TensorPlan("position_embd.weight", (n_ctx_train, n_embd), wtype, embd_std))
     if output_type is not None:
         plan.append(_TensorPlan("output.weight", (n_vocab, n_embd), GGMLQuantizationType[output_type], embd_std))
     for i in range(n_layer):
         blk = f"blk.{i}."
-        plan += [
-            norm(blk + "attn_norm.weight"),
-            linear(blk + "attn_q.weight", q_dim, n_embd),
-            linear(blk + "attn_k.weight", kv_dim, n_embd),
-            linear(blk + "attn_v.weight", kv_dim, n_embd),
-            linear(blk + "attn_output.weight", n_embd, q_dim),
-            norm(blk + "ffn_norm.weight"),
-            linear(blk + "ffn_gate.weight", n_ff, n_embd),
-            linear(blk + "ffn_up.weight", n_ff, n_embd),
-            linear(blk + "ffn_down.weight", n_embd, n_ff),
-        ]
-        if biases:
-            plan += [_TensorPlan(blk + f"{t}.bias", (n,), f32, 0.1)
+        if arch in ("phi3", "falcon"):  # fused qkv rows [q; k; v]
+            qkv = [linear(blk + "attn_qkv.weight", q_dim + 2 * kv_dim, n_embd)]
+        else:
+            qkv = [linear(blk + "attn_q.weight", q_dim, n_embd), linear(blk + "attn_k.weight", kv_dim, n_embd),
+                   linear(blk + "attn_v.weight", kv_dim, n_embd)]
+        if arch == "phi3":  # fused up rows [gate; up]
+            gate_up = [linear(blk + "ffn_up.weight", 2 * n_ff, n_embd)]
+        elif arch in UNGATED_ARCHS:
+            gate_up = [linear(blk + "ffn_up.weight", n_ff, n_embd)]
+        else:
+            gate_up = [linear(blk + "ffn_gate.weight", n_ff, n_embd), linear(blk + "ffn_up.weight", n_ff, n_embd)]
+        # falcon: one norm before the parallel attention and FFN, and falcon-40b's attn_norm_2
+        norms = layer_norm(blk + "attn_norm") + (layer_norm(blk + "attn_norm_2") if attn_norm_2 else [])
+        plan += [*norms, *qkv, linear(blk + "attn_output.weight", n_embd, q_dim),
+                 *(layer_norm(blk + "ffn_norm") if arch != "falcon" else []),
+                 *gate_up, linear(blk + "ffn_down.weight", n_embd, n_ff)]
+        if arch == "opt":  # OPT has every bias
+            plan += [bias(blk + f"{t}.bias", n) for t, n in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim),
+                                                             ("attn_output", n_embd), ("ffn_up", n_ff), ("ffn_down", n_embd))]
+        elif biases:
+            plan += [bias(blk + f"{t}.bias", n)
                      for t, n in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim), ("attn_output", n_embd))]
+    if biases and arch == "phi3":
+        plan.append(bias("output.bias", n_vocab))
     return plan
 
 
@@ -163,12 +183,21 @@ def _generate(t: _TensorPlan, seed: int) -> np.ndarray:
     return quantize(x, t.qtype)
 
 
+LAYER_NORM_ARCHS = ("opt", "falcon")
+UNGATED_ARCHS = ("opt", "falcon")
+
+
 def _metadata(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train, arch,
               rope_freq_base) -> dict[str, tuple[Any, GGUFValueType]]:
     tokens, types, merges = byte_bpe_vocab(n_vocab)
     u32, f32, s, arr = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING, GGUFValueType.ARRAY
+    # llama.cpp's falcon reads the LayerNorm epsilon; PowerInfer's OPT converter writes none
+    eps = {"falcon": {f"{arch}.attention.layer_norm_epsilon": (1e-5, f32)}, "opt": {}}.get(
+        arch, {f"{arch}.attention.layer_norm_rms_epsilon": (1e-5, f32)})
     return {
-        "general.name": (f"synthetic-{arch}", s),
+        **eps,
+        # not naming the arch: llama.cpp sets token attributes by name, and for "phi3" looks up "</s>"
+        "general.name": ("synthetic", s),
         f"{arch}.vocab_size": (n_vocab, u32),
         f"{arch}.context_length": (n_ctx_train, u32),
         f"{arch}.embedding_length": (n_embd, u32),
@@ -176,7 +205,6 @@ def _metadata(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train,
         f"{arch}.feed_forward_length": (n_ff, u32),
         f"{arch}.attention.head_count": (n_head, u32),
         f"{arch}.attention.head_count_kv": (n_head_kv, u32),
-        f"{arch}.attention.layer_norm_rms_epsilon": (1e-5, f32),
         f"{arch}.rope.freq_base": (rope_freq_base, f32),
         f"{arch}.rope.dimension_count": (n_embd // n_head, u32),
         "tokenizer.ggml.model": ("gpt2", s),
@@ -203,7 +231,7 @@ def _typed(value) -> tuple[Any, GGUFValueType]:
 def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=96,
                      n_ctx_train=256, weight_type="Q4_0", output_type=None, arch="llama", seed=0,
                      rope_freq_base=10000.0, extra_kv=None, omit_tensor=None, omit_key=None,
-                     tensor_types=None, biases=False):
+                     tensor_types=None, biases=False, attn_norm_2=False):
     """Write a random-weight llama-shaped GGUF and return its path.
 
     weight_type: type of every 2-D weight (norms and biases are always F32);
@@ -211,10 +239,15 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
     extra_kv: {key: value or (value, GGUFValueType)} added or overriding;
     omit_tensor / omit_key: leave that tensor / key out (loader tests);
     tensor_types: {tensor name: type name} per-tensor overrides, K-quants written as zeros;
-    biases: add llama.cpp's optional attn_q/k/v/output biases.
+    biases: add llama.cpp's optional attn_q/k/v/output biases;
+    arch: llama's tensor set, or another architecture's as llama.cpp names it (phi3: fused
+    attn_qkv and gate-up ffn_up, and output.weight always; falcon: LayerNorms, fused attn_qkv,
+    no gate, no ffn_norm) or PowerInfer's (opt: LayerNorms, every bias, position_embd, no gate);
+    attn_norm_2: falcon-40b's separate attention norm.
     """
     dims = dict(n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff)
-    plan = _tensor_plan(**dims, weight_type=weight_type, output_type=output_type, biases=biases)
+    plan = _tensor_plan(**dims, weight_type=weight_type, output_type=output_type, biases=biases, arch=arch,
+                        n_ctx_train=n_ctx_train, attn_norm_2=attn_norm_2)
     for name, type_name in (tensor_types or {}).items():
         next(t for t in plan if t.name == name).qtype = GGMLQuantizationType[type_name]
     if omit_tensor is not None:
@@ -465,3 +498,28 @@ def write_profiled_relu_gguf(folder, weight_type: str, *, n_layer: int = 3, n_ff
     kv = {"powerinfer.layer_thresholds": ([0.0] * n_layer, GGUFValueType.ARRAY, GGUFValueType.FLOAT32),
           "powerinfer.activation": ("relu_glu", GGUFValueType.STRING, None)}
     return rewrite_gguf(plain, folder / f"profiled-{weight_type}.gguf", extra, kv)
+
+
+def powerinfer_layout(src, dst, rank: int = 16) -> str:
+    """src as PowerInfer's converter lays out an OPT or Falcon file: the magic PWRI, ffn_down
+    transposed to ffn_down_t (its bias renamed with it), and random predictors fc1, fc2."""
+    from gguf import GGUFReader
+
+    from reference import dequantize_tensor
+
+    tensors = {t.name: t for t in GGUFReader(src).tensors}
+    rng = np.random.default_rng(5)
+    extra, drop = {}, set()
+    for name, t in tensors.items():
+        if ".ffn_down." in name:
+            drop.add(name)
+            extra[name.replace("ffn_down", "ffn_down_t")] = dequantize_tensor(t).T.copy()
+        if name.endswith("ffn_up.weight"):
+            n_ff, n_embd = dequantize_tensor(t).shape
+            blk = name[:-len("ffn_up.weight")]
+            extra[blk + "fc1.weight"] = rng.standard_normal((rank, n_embd)).astype(np.float32)
+            extra[blk + "fc2.weight"] = rng.standard_normal((n_ff, rank)).astype(np.float32)
+    path = rewrite_gguf(src, dst, extra, drop=frozenset(drop))
+    with open(path, "r+b") as f:
+        f.write(b"PWRI")
+    return path

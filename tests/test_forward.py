@@ -7,9 +7,9 @@ import pytest
 from pydoc_data.topics import topics
 
 from reference import ReferenceModel, compare_logits
-from synthetic import WEIGHT_TYPES, write_llama_gguf
+from synthetic import WEIGHT_TYPES, powerinfer_layout, write_llama_gguf
 
-from pypowerinfer import Llama
+from pypowerinfer import Llama, UnsupportedError
 
 N_TEACHER = 512
 
@@ -111,6 +111,44 @@ def test_synthetic_shapes_match_numpy_reference(variant, tmp_path):
     assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
 
 
+# shapes of each further architecture; GQA (n_head_kv 2 of 4 heads) where the arch allows it
+ARCH_SHAPES = {
+    "phi3": [dict(), dict(n_head_kv=4), dict(biases=True, n_layer=3)],  # fused qkv and gate-up, output bias
+    "opt": [dict(n_head_kv=4), dict(n_head_kv=4, n_layer=3, n_embd=96, n_ff=160)],  # OPT is multi-head only
+    "falcon": [dict(), dict(n_head_kv=1),                                  # falcon-7b is multi-query
+               dict(n_head_kv=4, attn_norm_2=True, output_type="F32")],    # falcon-40b's two norms
+}
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q8_0", "Q4_0"])
+@pytest.mark.parametrize("arch, shape", [(a, s) for a, shapes in ARCH_SHAPES.items() for s in shapes])
+def test_arch_matches_numpy_reference(arch, shape, weight_type, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", arch=arch, weight_type=weight_type, **shape)
+    tokens = [5, 17, 200, 3, 99, 42, 7, 128, 250, 1, 64, 33]
+    ref = ReferenceModel(path).logits(tokens)
+    with Llama(str(path), n_ctx=64, n_batch=8, logits_all=True, verbose=False) as llm:  # a prompt and a cached part
+        stats = compare_logits(ref, teacher_forced(llm, tokens))
+    if weight_type == "F32":
+        assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+    else:  # 8-bit activations, as llama.cpp
+        assert stats["kl_mean"] < 5e-3 and stats["top1"] >= 0.9, stats
+
+
+@pytest.mark.parametrize("n_batch", [512, 4, 1])
+@pytest.mark.parametrize("window", [1, 5])
+def test_sliding_window_llama_matches_numpy_reference(window, n_batch, tmp_path):
+    # Mistral-style: every layer sees only the last `window` positions, in one batch or across
+    # the KV cache of earlier ones
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", extra_kv={"llama.attention.sliding_window": window})
+    tokens = list(range(3, 40, 3))
+    ref = ReferenceModel(path).logits(tokens)
+    full = ReferenceModel(write_llama_gguf(tmp_path / "full.gguf", weight_type="F32")).logits(tokens)
+    assert compare_logits(full, ref)["kl_max"] > 1e-3  # the window changes the result
+    with Llama(str(path), n_ctx=64, n_batch=n_batch, logits_all=True, verbose=False) as llm:
+        stats = compare_logits(ref, teacher_forced(llm, tokens))
+    assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+
+
 @pytest.mark.parametrize("act", ["relu_glu", "relu_relu_glu"])
 def test_relu_family_activations_match_numpy_reference(act, tmp_path):
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32")
@@ -133,3 +171,34 @@ def test_kernel_tiers_agree_end_to_end(impl, tmp_path):
         pytest.skip(f"kernel tier {impl} is not available on this CPU")
     with llm:
         np.testing.assert_allclose(teacher_forced(llm, tokens), ref, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("arch, act", [("opt", "relu"), ("falcon", "relu")])
+def test_powerinfer_layout_runs_dense(arch, act, tmp_path):
+    # PowerInfer's OPT / ReluFalcon files: ffn_down_t only, and predictors the sparse FFN (gated
+    # FFNs only) cannot use; the PWRI magic makes falcon's FFN a ReLU
+    plain = write_llama_gguf(tmp_path / "plain.gguf", arch=arch, weight_type="F32", n_head_kv=4)
+    path = powerinfer_layout(plain, tmp_path / "pwri.gguf")
+    tokens = list(range(3, 40, 3))
+    ref = ReferenceModel(plain, act=act).logits(tokens)
+    with Llama(str(path), n_ctx=64, logits_all=True, verbose=False, sparse=False) as llm:
+        assert llm._model.info.ffn_act == act
+        stats = compare_logits(ref, teacher_forced(llm, tokens))
+    assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
+    with pytest.raises(UnsupportedError, match="sparse"):
+        Llama(str(path), n_ctx=64, verbose=False)
+
+
+@pytest.mark.parametrize("arch, act", [("opt", "silu_glu"), ("llama", "relu")])
+def test_activation_must_fit_the_ffn(arch, act, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", arch=arch, n_head_kv=4)
+    with pytest.raises(UnsupportedError, match="gate"):
+        Llama(str(path), n_ctx=64, verbose=False, ffn_act=act)
+
+
+def test_context_beyond_learned_positions_is_refused(tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", arch="opt", n_head_kv=4, n_ctx_train=66)  # 64 positions
+    with Llama(str(path), n_ctx=64, verbose=False) as llm:
+        llm.eval(list(range(64)))
+    with pytest.raises(ValueError, match="learned positions"):
+        Llama(str(path), n_ctx=65, verbose=False)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from synthetic import corrupt_variants, write_llama_gguf
+from synthetic import corrupt_variants, rewrite_gguf, write_llama_gguf
 
 from pypowerinfer import Llama, UnsupportedError
 from pypowerinfer.model import NativeModel
@@ -130,3 +130,35 @@ def test_input_file_is_not_modified(tmp_path, variants):
     with Llama(str(good), n_ctx=32, verbose=False) as llm:
         llm.create_completion("abc", max_tokens=3)
     assert (os.stat(good).st_mtime_ns, open(good, "rb").read()) == before
+
+
+def _replaced(tmp_path, name: str, rows: int, **write_kwargs) -> str:
+    """A good file of write_kwargs with tensor `name` swapped for one of `rows` rows."""
+    good = write_llama_gguf(tmp_path / "good.gguf", weight_type="F32", **write_kwargs)
+    cols = GGUFReader(good).get_tensor(0).shape[0]  # token_embd: n_embd columns
+    return rewrite_gguf(good, tmp_path / "bad.gguf", {name: np.zeros((rows, cols), np.float32)}, drop={name})
+
+
+@pytest.mark.parametrize("arch, name, rows", [("phi3", "blk.1.attn_qkv.weight", 64 + 32),   # v missing
+                                              ("phi3", "blk.0.ffn_up.weight", 96),          # up half missing
+                                              ("falcon", "blk.0.attn_qkv.weight", 64 + 64 + 32),
+                                              ("opt", "position_embd.weight", 2)])          # no position left
+def test_wrong_fused_shape_is_refused(tmp_path, arch, name, rows):
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+        Llama(_replaced(tmp_path, name, rows, arch=arch), verbose=False)
+
+
+@pytest.mark.parametrize("arch, name", [("phi3", "blk.1.attn_qkv.weight"), ("falcon", "blk.1.attn_qkv.weight"),
+                                        ("falcon", "blk.0.attn_norm.bias"), ("opt", "position_embd.weight"),
+                                        ("opt", "output_norm.bias"), ("opt", "blk.1.ffn_norm.weight")])
+def test_missing_tensor_of_an_arch_is_named(tmp_path, arch, name):
+    path = write_llama_gguf(tmp_path / "m.gguf", arch=arch, omit_tensor=name)
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+        Llama(str(path), verbose=False)
+
+
+def test_long_rope_is_refused(tmp_path):
+    good = write_llama_gguf(tmp_path / "good.gguf", arch="phi3")
+    path = rewrite_gguf(good, tmp_path / "long.gguf", {"rope_factors_long.weight": np.ones(8, np.float32)})
+    with pytest.raises(UnsupportedError, match="rope_factors_long"):
+        Llama(path, verbose=False)

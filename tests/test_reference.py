@@ -98,6 +98,25 @@ def test_synthetic_f32_matches_llama_cpp(name, tmp_path):
     assert stats["top1"] >= 0.97 and stats["kl_mean"] < 1e-4
 
 
+# the other architectures llama.cpp runs, as the synthetic writer lays them out
+SYNTHETIC_ARCHS = {
+    "phi3_gqa": dict(arch="phi3"),
+    "phi3_mha": dict(arch="phi3", n_head_kv=4),
+    "falcon_7b_mqa": dict(arch="falcon", n_head_kv=1),
+    "falcon_gqa_untied": dict(arch="falcon", output_type="F32"),
+    "falcon_40b_two_norms": dict(arch="falcon", n_head_kv=4, attn_norm_2=True),
+}
+
+
+@pytest.mark.parametrize("name", SYNTHETIC_ARCHS)
+def test_synthetic_arch_matches_llama_cpp(name, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **SYNTHETIC_ARCHS[name])
+    tokens = np.random.default_rng(3).integers(0, 288, N_TOKENS).tolist()
+    stats = compare_logits(ReferenceModel(path).logits(tokens), llama_cpp_logits(path, tokens))
+    _report(f"synthetic F32 {name}", stats)
+    assert stats["top1"] >= 0.97 and stats["kl_mean"] < 1e-4
+
+
 @pytest.mark.parametrize("weight_type", [t for t in WEIGHT_TYPES if t != "F32"])
 def test_synthetic_formats_close_to_llama_cpp(weight_type, tmp_path):
     # Checks gguf-py's dequantization of each format against ggml's, through a whole model.

@@ -55,7 +55,9 @@ typedef struct {
     int32_t tied_output;
 } pi_model_info;
 
-enum { PI_ACT_SILU_GLU = 0, PI_ACT_RELU_GLU = 1, PI_ACT_RELU_RELU_GLU = 2, PI_ACT_GELU_GLU = 3 };
+/* *_GLU: act(gate) * up (or act(gate) * act(up)); RELU and GELU: act(up), FFNs without a gate */
+enum { PI_ACT_SILU_GLU = 0, PI_ACT_RELU_GLU = 1, PI_ACT_RELU_RELU_GLU = 2, PI_ACT_GELU_GLU = 3,
+       PI_ACT_RELU = 4, PI_ACT_GELU = 5 };
 
 PI_API int pi_model_get_info(const pi_model *model, pi_model_info *out);
 PI_API const char *pi_model_describe(const pi_model *model); /* multi-line text of every layer's tensors */

@@ -117,6 +117,11 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     uint32_t n_batch = p.n_batch ? p.n_batch : 512;
     if (n_batch > n_ctx) n_batch = n_ctx;
     if (n_ctx > (1u << 24)) return pi_set_error(PI_ERR_ARG, "n_ctx %u is too large", n_ctx);
+    if (m->position_embd.data && n_ctx > (uint32_t)h->n_ctx_train)
+        return pi_set_error(PI_ERR_ARG, "n_ctx %u is more than the model's %d learned positions", n_ctx, h->n_ctx_train);
+    if (m->predictors_unused && p.sparse != PI_SPARSE_OFF)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "the sparse FFN needs a gated FFN, and arch '%s' has none: "
+                            "run it dense (sparse off)", m->arch);
     int n_threads = p.n_threads > 0 ? p.n_threads : cpu_count();
     int n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : n_threads;
     int pool_size = n_threads > n_threads_batch ? n_threads : n_threads_batch;
@@ -157,7 +162,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->v = malloc(s.k * sizeof(float));
     c->gate = malloc(s.gate * sizeof(float));
     c->up = malloc(s.gate * sizeof(float));
-    c->rope_cs = malloc(s.rope * sizeof(float));
+    c->rope_cs = malloc((s.rope + 1) * sizeof(float)); /* + 1: no rope (opt) has none */
     c->inv_freq = malloc((s.inv_freq + 1) * sizeof(float));
     c->att = malloc(s.att * sizeof(float));
     c->out_x = malloc(s.out_x * sizeof(float));
@@ -189,7 +194,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
         double f = pow((double)h->rope_freq_base, -2.0 * i / h->n_rot) * h->rope_freq_scale;
         if (m->rope_freqs) f /= m->rope_freqs[i];
         c->inv_freq[i] = (float)f;
-        c->inv_freq[h->n_rot / 2 + i] = m->swa_window ? (float)pow((double)m->rope_base_local, -2.0 * i / h->n_rot) : (float)f;
+        c->inv_freq[h->n_rot / 2 + i] = m->rope_base_local > 0.0f ? (float)pow((double)m->rope_base_local, -2.0 * i / h->n_rot) : (float)f;
     }
     int rc = pi_threadpool_new(pool_size, &c->pool);
     if (!rc) rc = start_split(c);

@@ -119,6 +119,12 @@ static void attn_worker(void *arg, int ith, int nth) {
 
 /* ---- the O(d) steps ---- */
 
+static void add_bias(float *y, const float *b, int n, int dim) {
+    if (!b) return;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
+}
+
 /* out[t] = x[t] / rms(x[t]) * w */
 static void rmsnorm(const pi_context *c, const float *x, const float *w, float *out, int n, int d) {
     for (int t = 0; t < n; t++) {
@@ -127,6 +133,28 @@ static void rmsnorm(const pi_context *c, const float *x, const float *w, float *
         const float inv = 1.0f / sqrtf(c->vec.sum_squares(xt, d) / d + c->model->info.norm_eps);
         for (int i = 0; i < d; i++) ot[i] = xt[i] * inv * w[i];
     }
+}
+
+/* out[t] = (x[t] - mean) / sqrt(variance + eps) * w, as ggml_norm (sums in double) */
+static void layernorm(const pi_context *c, const float *x, const float *w, float *out, int n, int d) {
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * d;
+        float *ot = out + (size_t)t * d;
+        double sum = 0.0, sum2 = 0.0;
+        for (int i = 0; i < d; i++) sum += xt[i];
+        const float mean = (float)(sum / d);
+        for (int i = 0; i < d; i++) sum2 += (double)(xt[i] - mean) * (xt[i] - mean);
+        const float inv = 1.0f / sqrtf((float)(sum2 / d) + c->model->info.norm_eps);
+        for (int i = 0; i < d; i++) ot[i] = (xt[i] - mean) * inv * w[i];
+    }
+}
+
+/* a block's input norm: RMSNorm, or LayerNorm (opt, falcon), then its bias when it has one */
+static void norm(const pi_context *c, const float *x, const float *w, const float *b, float *out, int n) {
+    const int d = c->model->info.n_embd;
+    if (c->model->layer_norm) layernorm(c, x, w, out, n, d);
+    else rmsnorm(c, x, w, out, n, d);
+    add_bias(out, b, n, d);
 }
 
 /* The activation in every form the kernels take: float, and the 8-bit blocks d allows. */
@@ -143,16 +171,10 @@ pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int 
     return a;
 }
 
-static void add_bias(float *y, const float *b, int n, int dim) {
-    if (!b) return;
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
-}
-
 /* cos/sin of every rotated pair for each token of the step, shared by all layers; a second
  * table for the local layers' base when the model has them */
 static void rope_table(pi_context *c, int pos0, int n) {
-    const int half = c->model->info.n_rot / 2, tables = c->model->swa_window ? 2 : 1;
+    const int half = c->model->info.n_rot / 2, tables = c->model->rope_base_local > 0.0f ? 2 : 1;
     for (int k = 0; k < tables; k++)
         for (int t = 0; t < n; t++)
             for (int i = 0; i < half; i++) {
@@ -206,9 +228,15 @@ static float gelu_as_ggml(float x) {
 }
 
 /* g = act(g, u) over count values: SwiGLU, GELU GLU (gemma), or the ReLU forms of ReluLLaMA /
- * ProSparse and dReLU */
+ * ProSparse and dReLU; g = act(g) for the FFNs without a gate (opt, falcon), u unused */
 void pi_activate(const pi_context *c, float *g, const float *u, size_t count) {
     switch (c->model->info.ffn_act) {
+    case PI_ACT_RELU:
+        for (size_t i = 0; i < count; i++) g[i] = g[i] > 0.0f ? g[i] : 0.0f;
+        break;
+    case PI_ACT_GELU:
+        for (size_t i = 0; i < count; i++) g[i] = gelu_as_ggml(g[i]);
+        break;
     case PI_ACT_RELU_GLU:
         for (size_t i = 0; i < count; i++) g[i] = (g[i] > 0.0f ? g[i] : 0.0f) * u[i];
         break;
@@ -276,10 +304,16 @@ static void down_by_rows(pi_context *c, const pi_weight *w, const float *a, int 
 /* delta[0..n) = FFN(xn) for n tokens, every neuron */
 static void ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a) {
     const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
-    const mm_target gate_up[2] = { { &L->ffn_gate, c->gate }, { &L->ffn_up, c->up } };
-    matmul(c, a, n, gate_up, 2);
-    add_bias(c->gate, L->ffn_gate_b, n, n_ff);
-    add_bias(c->up, L->ffn_up_b, n, n_ff);
+    if (L->ffn_gate.data) {
+        const mm_target gate_up[2] = { { &L->ffn_gate, c->gate }, { &L->ffn_up, c->up } };
+        matmul(c, a, n, gate_up, 2);
+        add_bias(c->gate, L->ffn_gate_b, n, n_ff);
+        add_bias(c->up, L->ffn_up_b, n, n_ff);
+    } else { /* no gate: up(xn) goes where the activation is taken */
+        const mm_target up = { &L->ffn_up, c->gate };
+        matmul(c, a, n, &up, 1);
+        add_bias(c->gate, L->ffn_up_b, n, n_ff);
+    }
     pi_activate(c, c->gate, c->up, (size_t)n * n_ff);
     if (c->capture_act) capture(c, c->capture_act, c->gate, il, n, n_ff);
     if (L->ffn_down.data) {
@@ -299,6 +333,39 @@ static int use_sparse(const pi_context *c, const pi_layer *L, int n) {
 
 /* ---- the forward pass ---- */
 
+/* x += down(act(gate(xn), up(xn))) with xn the FFN's normed input, over the predicted neurons
+ * when sparse */
+static int ffn_block(pi_context *c, const pi_layer *L, int il, int n) {
+    const int d = c->model->info.n_embd;
+    norm(c, c->x, L->ffn_norm, L->ffn_norm_b, c->xn, n);
+    if (c->capture_ffn_in) capture(c, c->capture_ffn_in, c->xn, il, n, d);
+    const pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
+    if (use_sparse(c, L, n)) {
+        for (int t = 0; t < n; t++) {
+            const int rc = pi_ffn_sparse(c, il, t, pi_act_from(a, t));
+            if (rc) return rc;
+        }
+    } else {
+        ffn_dense(c, L, il, n, a);
+    }
+    add_bias(c->delta, L->ffn_down_b, n, d);
+    if (L->post_ffn_norm) rmsnorm(c, c->delta, L->post_ffn_norm, c->delta, n, d);
+    c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
+    return PI_OK;
+}
+
+/* x[t] += position_embd[pos0 + t + offset]: learned positions (opt); pi_context_new keeps
+ * every position of the context inside the table */
+static void add_positions(pi_context *c, int pos0, int n) {
+    const pi_weight *w = &c->model->position_embd;
+    const int d = c->model->info.n_embd;
+    for (int t = 0; t < n; t++) {
+        const size_t row = (size_t)(pos0 + t + c->model->position_offset);
+        c->kern.dequant[w->type](w->data + row * w->row_bytes, c->xn, d);
+        c->vec.axpy(1.0f, c->xn, c->x + (size_t)t * d, d);
+    }
+}
+
 int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;
@@ -312,23 +379,28 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
                                             c->x + (size_t)t * d, d);
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
+    if (m->position_embd.data) add_positions(c, pos0, n);
     rope_table(c, pos0, n);
 
     for (int il = 0; il < h->n_layer; il++) {
         const pi_layer *L = &m->layers[il];
+        int rc;
 
         /* attention: q, k, v from the normed stream; rotate; append k, v to the cache */
-        rmsnorm(c, c->x, L->attn_norm, c->xn, n, d);
+        norm(c, c->x, L->attn_norm, L->attn_norm_b, c->xn, n);
         pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
         const mm_target qkv[3] = { { &L->attn_q, c->q }, { &L->attn_k, c->k }, { &L->attn_v, c->v } };
         matmul(c, a, n, qkv, 3);
         add_bias(c->q, L->attn_q_b, n, q_dim);
         add_bias(c->k, L->attn_k_b, n, kv_dim);
         add_bias(c->v, L->attn_v_b, n, kv_dim);
+        /* parallel block (falcon): the FFN reads the layer's input as well, so it runs now, while
+         * x still is that input, and adds to x; attention needs only q, k, v from here on */
+        if (m->parallel && (rc = ffn_block(c, L, il, n))) return rc;
         if (L->attn_q_norm) rmsnorm(c, c->q, L->attn_q_norm, c->q, n * h->n_head, hd); /* per head */
         if (L->attn_k_norm) rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
-        rope(c, c->q, h->n_head, n, L->local);
-        rope(c, c->k, h->n_head_kv, n, L->local);
+        rope(c, c->q, h->n_head, n, L->rope_local);
+        rope(c, c->k, h->n_head_kv, n, L->rope_local);
         const size_t cache_at = ((size_t)il * c->n_ctx + (size_t)pos0) * kv_dim;
         c->vec.to_f16(c->k, c->k_cache + cache_at, n * kv_dim);
         c->vec.to_f16(c->v, c->v_cache + cache_at, n * kv_dim);
@@ -346,35 +418,22 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         if (L->post_attn_norm) rmsnorm(c, c->delta, L->post_attn_norm, c->delta, n, d);
         c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
 
-        /* FFN: x += down(act(gate(xn), up(xn))), over the predicted neurons when sparse */
-        rmsnorm(c, c->x, L->ffn_norm, c->xn, n, d);
-        if (c->capture_ffn_in) capture(c, c->capture_ffn_in, c->xn, il, n, d);
-        a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
-        if (use_sparse(c, L, n)) {
-            for (int t = 0; t < n; t++) {
-                const int rc = pi_ffn_sparse(c, il, t, pi_act_from(a, t));
-                if (rc) return rc;
-            }
-        } else {
-            ffn_dense(c, L, il, n, a);
-        }
-        add_bias(c->delta, L->ffn_down_b, n, d);
-        if (L->post_ffn_norm) rmsnorm(c, c->delta, L->post_ffn_norm, c->delta, n, d);
-        c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
+        if (!m->parallel && (rc = ffn_block(c, L, il, n))) return rc;
     }
 
     /* embeddings: every position's final normed hidden state */
-    if (c->embd) rmsnorm(c, c->x, m->output_norm, c->embd + (size_t)pos0 * d, n, d);
+    if (c->embd) norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)pos0 * d, n);
 
     /* logits of the last position, or of every position with logits_all */
     if (logits_mode != PI_LOGITS_NONE) {
         const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
         const float *normed = c->out_x;
         if (c->embd) normed = c->embd + (size_t)(pos0 + first) * d; /* the embeddings are these rows */
-        else rmsnorm(c, c->x + (size_t)first * d, m->output_norm, c->out_x, n_out, d);
+        else norm(c, c->x + (size_t)first * d, m->output_norm, m->output_norm_b, c->out_x, n_out);
         pi_act a = pi_quantize(&c->kern, normed, c->out_q, n_out, d);
         const mm_target out = { &m->output, c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * h->n_vocab : 0) };
         matmul(c, a, n_out, &out, 1);
+        add_bias(out.Y, m->output_b, n_out, h->n_vocab);
     }
     c->n_past = pos0 + n;
     c->stats.tokens += n;

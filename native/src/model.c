@@ -10,20 +10,38 @@
 #include "placement.h"
 #include "status.h"
 
-/* Architectures we run, and the FFN activation each implies. */
-static const struct { const char *arch; int ffn_act; } ARCHS[] = {
-    { "llama", PI_ACT_SILU_GLU },
-    { "bamboo", PI_ACT_RELU_RELU_GLU }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
-    { "gemma3", PI_ACT_GELU_GLU },
-    { "qwen2", PI_ACT_SILU_GLU },       /* llama's block with q/k/v biases and NeoX rope */
+/* What an architecture changes in the llama block (pi_model.traits). */
+enum {
+    ARCH_ROPE_NEOX = 1 << 0,     /* rotate pairs (i, i + n_rot/2) */
+    ARCH_FUSED_QKV = 1 << 1,     /* blk.N.attn_qkv: q rows, then k, then v (separate tensors when absent) */
+    ARCH_FUSED_GATE_UP = 1 << 2, /* blk.N.ffn_up holds 2 n_ff rows: gate, then up */
+    ARCH_UNGATED = 1 << 3,       /* FFN down(act(up(x))), no gate */
+    ARCH_LAYER_NORM = 1 << 4,    /* LayerNorm with bias, eps from attention.layer_norm_epsilon */
+    ARCH_NO_ROPE = 1 << 5,
+    ARCH_LEARNED_POS = 1 << 6,   /* position_embd.weight, read from row pos + 2 (OPT's offset) */
+    ARCH_PARALLEL = 1 << 7,      /* x += attn(norm2(x)) + ffn(norm(x)), norm2 = norm when absent */
 };
 
-static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu", "gelu_glu" };
+/* Architectures we run, the FFN activation each implies, and its traits. */
+static const struct { const char *arch; int ffn_act; unsigned traits; } ARCHS[] = {
+    { "llama", PI_ACT_SILU_GLU, 0 },
+    { "bamboo", PI_ACT_RELU_RELU_GLU, 0 }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
+    { "gemma3", PI_ACT_GELU_GLU, ARCH_ROPE_NEOX },
+    { "qwen2", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX }, /* llama's block with q/k/v biases */
+    { "phi3", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_FUSED_GATE_UP },
+    /* as PowerInfer's llama.cpp runs OPT (ReLU) */
+    { "opt", PI_ACT_RELU, ARCH_UNGATED | ARCH_LAYER_NORM | ARCH_NO_ROPE | ARCH_LEARNED_POS },
+    { "falcon", PI_ACT_GELU, ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_UNGATED | ARCH_LAYER_NORM | ARCH_PARALLEL },
+};
 
-/* The FFN activation: the architecture's, except that PowerInfer's own (PWRI) llama files are
- * ReluLLaMA/ProSparse models, and powerinfer.activation, when present, says it outright. */
+static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu", "gelu_glu", "relu", "gelu" };
+
+/* The FFN activation: the architecture's, except that PowerInfer's own (PWRI) llama and falcon
+ * files are ReLU models (ReluLLaMA/ProSparse, ReluFalcon), and powerinfer.activation, when
+ * present, says it outright. */
 static int read_activation(pi_model *m) {
     if (m->file.is_powerinfer && strcmp(m->arch, "llama") == 0) m->info.ffn_act = PI_ACT_RELU_GLU;
+    if (m->file.is_powerinfer && strcmp(m->arch, "falcon") == 0) m->info.ffn_act = PI_ACT_RELU;
     gguf_str act = { NULL, 0 };
     int rc = gguf_get_str(&m->file, "powerinfer.activation", 0, &act);
     if (rc || !act.ptr) return rc;
@@ -62,18 +80,17 @@ static int read_arch(pi_model *m) {
     for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
         if (strcmp(ARCHS[i].arch, m->arch) == 0) {
             m->info.ffn_act = ARCHS[i].ffn_act;
+            m->traits = ARCHS[i].traits;
             return PI_OK;
         }
-    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2)", m->arch);
+    return pi_set_error(PI_ERR_UNSUPPORTED,
+                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, phi3, opt, falcon)", m->arch);
 }
 
 /* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
  * and post-norms (bound with the tensors), GELU GLU, and five local (sliding-window) layers to
  * one global, the local ones with their own rope base, as llama.cpp runs it. */
-static int read_traits(pi_model *m) {
-    m->embd_scale = 1.0f;
-    m->rope_neox = strcmp(m->arch, "qwen2") == 0;
-    if (strcmp(m->arch, "gemma3") != 0) return PI_OK;
+static int read_gemma3(pi_model *m) {
     uint32_t window = 512;
     float local_base = 10000.0f;
     int rc;
@@ -83,16 +100,31 @@ static int read_traits(pi_model *m) {
     if (window == 0 || !(local_base > 0.0f) || !isfinite(local_base))
         return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible sliding window %u or local rope base %g", window, local_base);
     m->embd_scale = sqrtf((float)m->info.n_embd);
-    m->rope_neox = 1;
     m->swa_window = (int32_t)window;
     m->rope_base_local = local_base;
     return PI_OK;
 }
 
+static int read_traits(pi_model *m) {
+    m->embd_scale = 1.0f;
+    m->rope_neox = (m->traits & ARCH_ROPE_NEOX) != 0;
+    m->layer_norm = (m->traits & ARCH_LAYER_NORM) != 0;
+    m->parallel = (m->traits & ARCH_PARALLEL) != 0;
+    if (m->traits & ARCH_NO_ROPE) m->info.n_rot = 0;
+    if (strcmp(m->arch, "gemma3") == 0) return read_gemma3(m);
+    /* Mistral-style llama: every layer sees the last `window` positions, with the global rope;
+     * 0, like an absent key, means no window (llama.cpp's n_swa) */
+    uint32_t window = 0;
+    int rc = strcmp(m->arch, "llama") == 0 ? arch_key_u32(m, "attention.sliding_window", 0, &window) : PI_OK;
+    if (window > INT32_MAX) window = INT32_MAX; /* wider than any context: no window in effect */
+    m->swa_window = (int32_t)window;
+    return rc;
+}
+
 static int read_hparams(pi_model *m) {
     pi_model_info *h = &m->info;
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv = 0, n_ctx = 2048, key_len = 0, n_rot = 0;
-    float eps, base = 10000.0f, factor = 0.0f;
+    float eps = 1e-5f, base = 10000.0f, factor = 0.0f; /* 1e-5: OPT's, which PowerInfer's files omit */
     int rc;
     if ((rc = arch_key_u32(m, "block_count", 1, &n_layer)) || (rc = arch_key_u32(m, "embedding_length", 1, &n_embd)) ||
         (rc = arch_key_u32(m, "feed_forward_length", 1, &n_ff)) ||
@@ -101,7 +133,9 @@ static int read_hparams(pi_model *m) {
         (rc = arch_key_u32(m, "context_length", 0, &n_ctx)) ||
         (rc = arch_key_u32(m, "attention.key_length", 0, &key_len)) ||
         (rc = arch_key_u32(m, "rope.dimension_count", 0, &n_rot)) ||
-        (rc = arch_key_f32(m, "attention.layer_norm_rms_epsilon", 1, &eps)) ||
+        (rc = arch_key_f32(m, (m->traits & ARCH_LAYER_NORM) ? "attention.layer_norm_epsilon"
+                                                            : "attention.layer_norm_rms_epsilon",
+                           strcmp(m->arch, "opt") != 0, &eps)) ||
         (rc = arch_key_f32(m, "rope.freq_base", 0, &base)) || (rc = arch_key_f32(m, "rope.scaling.factor", 0, &factor)))
         return rc;
     if (n_head_kv == 0) n_head_kv = n_head;
@@ -211,6 +245,135 @@ static int read_thresholds(pi_model *m) {
     return PI_OK;
 }
 
+/* Rows [row0, row0 + n) of a bound weight as a weight of its own: a view, no copy. */
+static void view_rows(pi_weight *part, const pi_weight *whole, const char *what, int64_t row0, int64_t n) {
+    *part = *whole;
+    const size_t len = strlen(part->name); /* < sizeof name: snprintf wrote it */
+    snprintf(part->name + len, sizeof part->name - len, ":%s", what);
+    part->n_out = n;
+    part->data = whole->data + (size_t)row0 * whole->row_bytes;
+}
+
+/* q, k and v from their own tensors, or as views of a fused attn_qkv (q rows, then k, then v) */
+static int bind_qkv(pi_model *m, pi_layer *L, int il, int64_t d, int64_t q_dim, int64_t kv_dim) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.attn_q.weight", il);
+    const int has_q = gguf_find_tensor(&m->file, name) != NULL;
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+    if ((m->traits & ARCH_FUSED_QKV) && (gguf_find_tensor(&m->file, name) || !has_q)) {
+        pi_weight qkv;
+        int rc = bind_weight(m, &qkv, name, d, q_dim + 2 * kv_dim, 1);
+        if (rc) return rc;
+        view_rows(&L->attn_q, &qkv, "q", 0, q_dim);
+        view_rows(&L->attn_k, &qkv, "k", q_dim, kv_dim);
+        view_rows(&L->attn_v, &qkv, "v", q_dim + kv_dim, kv_dim);
+        return PI_OK;
+    }
+    int rc;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", il, s), name)
+    if ((rc = bind_weight(m, &L->attn_q, NAME("attn_q.weight"), d, q_dim, 1)) ||
+        (rc = bind_weight(m, &L->attn_k, NAME("attn_k.weight"), d, kv_dim, 1)) ||
+        (rc = bind_weight(m, &L->attn_v, NAME("attn_v.weight"), d, kv_dim, 1)))
+        return rc;
+#undef NAME
+    return PI_OK;
+}
+
+/* gate and up from their own tensors, or as the two halves of phi3's ffn_up (gate rows first,
+ * as llama.cpp's SwiGLU split takes them) */
+static int bind_gate_up(pi_model *m, pi_layer *L, int il, int64_t d, int64_t n_ff) {
+    char name[64];
+    int rc;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", il, s), name)
+    if (m->traits & ARCH_UNGATED) return bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, n_ff, 1);
+    if (m->traits & ARCH_FUSED_GATE_UP) {
+        pi_weight gate_up;
+        if ((rc = bind_weight(m, &gate_up, NAME("ffn_up.weight"), d, 2 * n_ff, 1))) return rc;
+        view_rows(&L->ffn_gate, &gate_up, "gate", 0, n_ff);
+        view_rows(&L->ffn_up, &gate_up, "up", n_ff, n_ff);
+        return PI_OK;
+    }
+    if ((rc = bind_weight(m, &L->ffn_gate, NAME("ffn_gate.weight"), d, n_ff, 1)) ||
+        (rc = bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, n_ff, 1)))
+        return rc;
+#undef NAME
+    return PI_OK;
+}
+
+/* `base`.weight and, for LayerNorm, `base`.bias (required with the weight) */
+static int bind_norm(pi_model *m, float **w, float **b, float **cursor, const char *base, int64_t n, int required) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.weight", base);
+    int rc = bind_vector(m, w, cursor, name, n, required);
+    *b = NULL;
+    if (rc || !*w) return rc;
+    snprintf(name, sizeof name, "%s.bias", base);
+    return bind_vector(m, b, cursor, name, n, m->layer_norm);
+}
+
+/* The attention's and the FFN's input norms. Falcon: attn_norm feeds the FFN, and the attention
+ * too unless attn_norm_2 (falcon-40b's ln_attn) is present, as llama.cpp's graph reads them. */
+static int bind_block_norms(pi_model *m, pi_layer *L, int il, float **cursor) {
+    const int64_t d = m->info.n_embd;
+    char attn[48], ffn[48];
+    snprintf(attn, sizeof attn, "blk.%d.%s", il, m->parallel ? "attn_norm_2" : "attn_norm");
+    snprintf(ffn, sizeof ffn, "blk.%d.%s", il, m->parallel ? "attn_norm" : "ffn_norm");
+    int rc;
+    if ((rc = bind_norm(m, &L->attn_norm, &L->attn_norm_b, cursor, attn, d, !m->parallel)) ||
+        (rc = bind_norm(m, &L->ffn_norm, &L->ffn_norm_b, cursor, ffn, d, 1)))
+        return rc;
+    if (!L->attn_norm) {
+        L->attn_norm = L->ffn_norm;
+        L->attn_norm_b = L->ffn_norm_b;
+    }
+    return PI_OK;
+}
+
+/* OPT's learned positions: one row per position, from row position_offset on (PowerInfer adds
+ * 2 to every position, as HF's OPTLearnedPositionalEmbedding); the rows bound the context. */
+static int bind_positions(pi_model *m) {
+    const gguf_tensor *t = gguf_find_tensor(&m->file, "position_embd.weight");
+    if (!t) return pi_set_error(PI_ERR_FORMAT, "GGUF: required tensor 'position_embd.weight' is missing");
+    m->position_offset = 2;
+    if (t->ne[1] <= m->position_offset || t->ne[1] > (1 << 24))
+        return pi_set_error(PI_ERR_FORMAT, "tensor 'position_embd.weight' has %lld positions", (long long)t->ne[1]);
+    int rc = bind_weight(m, &m->position_embd, "position_embd.weight", m->info.n_embd, t->ne[1], 1);
+    const int32_t n_pos = (int32_t)t->ne[1] - m->position_offset;
+    if (m->info.n_ctx_train > n_pos) m->info.n_ctx_train = n_pos;
+    return rc;
+}
+
+/* the down bias; PowerInfer's converter renames it with the transposed matrix */
+static int bind_down_bias(pi_model *m, pi_layer *L, int il, float **cursor) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.ffn_down.bias", il);
+    int rc = bind_vector(m, &L->ffn_down_b, cursor, name, m->info.n_embd, 0);
+    if (rc || L->ffn_down_b) return rc;
+    snprintf(name, sizeof name, "blk.%d.ffn_down_t.bias", il);
+    return bind_vector(m, &L->ffn_down_b, cursor, name, m->info.n_embd, 0);
+}
+
+/* The sparse FFN computes gate and up rows: an FFN without a gate runs dense, its file's
+ * predictors (checked like any tensor) left unused; pi_context_new refuses sparse for it. */
+static void drop_ungated_predictors(pi_model *m) {
+    if (!(m->traits & ARCH_UNGATED)) return;
+    for (int il = 0; il < m->info.n_layer; il++) {
+        pi_layer *L = &m->layers[il];
+        if (L->fc1.data) m->predictors_unused = 1;
+        L->fc1.data = L->fc2.data = NULL;
+        L->fc1.n_out = L->fc2.n_out = 0;
+    }
+}
+
+/* phi3's LongRoPE factors rescale the rope by context length: not run here, so refused */
+static int refuse_long_rope(const pi_model *m) {
+    const char *names[] = { "rope_factors_long.weight", "rope_factors_short.weight" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (gguf_find_tensor(&m->file, names[i]))
+            return pi_set_error(PI_ERR_UNSUPPORTED, "LongRoPE ('%s') is not supported", names[i]);
+    return PI_OK;
+}
+
 static int bind_tensors(pi_model *m) {
     const pi_model_info *h = &m->info;
     const int64_t d = h->n_embd, q_dim = (int64_t)h->n_head * m->head_dim, kv_dim = (int64_t)h->n_head_kv * m->head_dim;
@@ -220,36 +383,35 @@ static int bind_tensors(pi_model *m) {
     m->info.n_vocab = (int32_t)emb->ne[1];
     if ((rc = bind_weight(m, &m->token_embd, "token_embd.weight", d, emb->ne[1], 1))) return rc;
     if ((rc = bind_weight(m, &m->output, "output.weight", d, h->n_vocab, 0))) return rc;
+    if ((rc = refuse_long_rope(m))) return rc;
     if (!m->output.data) {
         m->output = m->token_embd;
         m->info.tied_output = 1;
     }
-    size_t n_floats = (size_t)d + (size_t)h->n_rot / 2 +
-                      (size_t)h->n_layer * (size_t)(6 * d + q_dim + 2 * kv_dim + 3 * h->n_ff + 2 * m->head_dim);
+    if ((m->traits & ARCH_LEARNED_POS) && (rc = bind_positions(m))) return rc;
+    size_t n_floats = 2 * (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_vocab +
+                      (size_t)h->n_layer * (size_t)(8 * d + q_dim + 2 * kv_dim + 3 * h->n_ff + 2 * m->head_dim);
     m->vectors = malloc(n_floats * sizeof(float));
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
     float *cur = m->vectors;
     const int gemma = strcmp(m->arch, "gemma3") == 0;
-    if ((rc = bind_vector(m, &m->output_norm, &cur, "output_norm.weight", d, 1)) ||
+    if ((rc = bind_norm(m, &m->output_norm, &m->output_norm_b, &cur, "output_norm", d, 1)) ||
+        (rc = bind_vector(m, &m->output_b, &cur, "output.bias", h->n_vocab, 0)) ||
         (rc = bind_vector(m, &m->rope_freqs, &cur, "rope_freqs.weight", h->n_rot / 2, 0)))
         return rc;
     for (int il = 0; il < h->n_layer; il++) {
         pi_layer *L = &m->layers[il];
         char name[64];
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", il, s), name)
-        if ((rc = bind_vector(m, &L->attn_norm, &cur, NAME("attn_norm.weight"), d, 1)) ||
-            (rc = bind_weight(m, &L->attn_q, NAME("attn_q.weight"), d, q_dim, 1)) ||
-            (rc = bind_weight(m, &L->attn_k, NAME("attn_k.weight"), d, kv_dim, 1)) ||
-            (rc = bind_weight(m, &L->attn_v, NAME("attn_v.weight"), d, kv_dim, 1)) ||
+        if ((rc = bind_block_norms(m, L, il, &cur)) ||
+            (rc = bind_qkv(m, L, il, d, q_dim, kv_dim)) ||
             (rc = bind_vector(m, &L->attn_q_b, &cur, NAME("attn_q.bias"), q_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_k_b, &cur, NAME("attn_k.bias"), kv_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_v_b, &cur, NAME("attn_v.bias"), kv_dim, 0)) ||
             (rc = bind_weight(m, &L->attn_output, NAME("attn_output.weight"), q_dim, d, 1)) ||
             (rc = bind_vector(m, &L->attn_output_b, &cur, NAME("attn_output.bias"), d, 0)) ||
-            (rc = bind_vector(m, &L->ffn_norm, &cur, NAME("ffn_norm.weight"), d, 1)) ||
-            (rc = bind_weight(m, &L->ffn_gate, NAME("ffn_gate.weight"), d, h->n_ff, 1)) ||
-            (rc = bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, h->n_ff, 1)) ||
+            (rc = bind_gate_up(m, L, il, d, h->n_ff)) ||
             (rc = bind_weight(m, &L->ffn_down_t, NAME("ffn_down_t.weight"), d, h->n_ff, 0)) ||
             /* PowerInfer's files carry only the transposed down matrix */
             (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, !L->ffn_down_t.data)) ||
@@ -257,15 +419,18 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_predictor(m, L, il)) ||
             (rc = bind_vector(m, &L->ffn_gate_b, &cur, NAME("ffn_gate.bias"), h->n_ff, 0)) ||
             (rc = bind_vector(m, &L->ffn_up_b, &cur, NAME("ffn_up.bias"), h->n_ff, 0)) ||
-            (rc = bind_vector(m, &L->ffn_down_b, &cur, NAME("ffn_down.bias"), d, 0)) ||
+            (rc = bind_down_bias(m, L, il, &cur)) ||
             (rc = bind_vector(m, &L->attn_q_norm, &cur, NAME("attn_q_norm.weight"), m->head_dim, gemma)) ||
             (rc = bind_vector(m, &L->attn_k_norm, &cur, NAME("attn_k_norm.weight"), m->head_dim, gemma)) ||
             (rc = bind_vector(m, &L->post_attn_norm, &cur, NAME("post_attention_norm.weight"), d, gemma)) ||
             (rc = bind_vector(m, &L->post_ffn_norm, &cur, NAME("post_ffw_norm.weight"), d, gemma)))
             return rc;
-        L->local = m->swa_window > 0 && (il + 1) % 6 != 0; /* gemma3: every sixth layer is global */
+        /* gemma3: every sixth layer is global, the others local with their own rope base */
+        L->local = m->swa_window > 0 && !(gemma && (il + 1) % 6 == 0);
+        L->rope_local = gemma && L->local;
 #undef NAME
     }
+    drop_ungated_predictors(m);
     m->has_predictors = 1;
     for (int il = 0; il < h->n_layer; il++) {
         const pi_layer *L = &m->layers[il];
@@ -274,6 +439,14 @@ static int bind_tensors(pi_model *m) {
     }
     if ((rc = read_thresholds(m))) return rc;
     return pi_order_neurons(m);
+}
+
+/* GLU activations multiply by up, so they need a gate; the plain ones need its absence */
+static int check_activation(const pi_model *m) {
+    const int glu = m->info.ffn_act <= PI_ACT_GELU_GLU, gated = !(m->traits & ARCH_UNGATED);
+    if (glu == gated) return PI_OK;
+    return pi_set_error(PI_ERR_UNSUPPORTED, "FFN activation '%s' does not fit arch '%s', whose FFN has %s gate",
+                        ACT_NAMES[m->info.ffn_act], m->arch, gated ? "a" : "no");
 }
 
 PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **out) {
@@ -289,10 +462,11 @@ PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **ou
         if (!rc) rc = read_hparams(m);
         if (!rc) rc = bind_tensors(m);
         if (!rc && params.ffn_act >= 0) {
-            if (params.ffn_act > PI_ACT_GELU_GLU)
+            if (params.ffn_act > PI_ACT_GELU)
                 rc = pi_set_error(PI_ERR_UNSUPPORTED, "FFN activation %d is not supported", params.ffn_act);
             m->info.ffn_act = params.ffn_act;
         }
+        if (!rc) rc = check_activation(m);
     }
     if (rc) {
         pi_model_free(m);
@@ -421,6 +595,7 @@ PI_API const char *pi_model_describe(const pi_model *cm) {
                      m->arch, h->n_layer, h->n_embd, h->n_ff, h->n_head, h->n_head_kv, m->head_dim, h->n_vocab,
                      h->n_ctx_train, h->rope_freq_base);
     bad |= describe_weight(&b, &len, &cap, &m->token_embd);
+    bad |= describe_weight(&b, &len, &cap, &m->position_embd);
     for (int il = 0; il < h->n_layer && !bad; il++) {
         const pi_layer *L = &m->layers[il];
         if (L->fc1.data) bad |= append(&b, &len, &cap, "  blk.%d: predictor rank %lld, threshold %g\n", il,

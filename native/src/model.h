@@ -14,16 +14,17 @@ typedef struct {
 } pi_weight;
 
 typedef struct {
-    float *attn_norm;                                   /* [n_embd] */
+    float *attn_norm, *attn_norm_b;                     /* [n_embd] the attention's input norm (bias: LayerNorm) */
     pi_weight attn_q, attn_k, attn_v, attn_output;      /* q: n_embd -> n_head*head_dim, k/v: -> n_head_kv*head_dim */
     float *attn_q_b, *attn_k_b, *attn_v_b;              /* optional biases, NULL when absent */
-    float *ffn_norm;                                    /* [n_embd] */
-    pi_weight ffn_gate, ffn_up;                         /* n_embd -> n_ff, one row per FFN neuron */
+    float *ffn_norm, *ffn_norm_b;                       /* [n_embd] the FFN's input norm (falcon: GGUF attn_norm) */
+    pi_weight ffn_gate, ffn_up;                         /* n_embd -> n_ff, one row per FFN neuron; no gate in opt, falcon */
     pi_weight ffn_down;                                 /* n_ff -> n_embd */
     float *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b; /* optional biases, NULL when absent */
     float *attn_q_norm, *attn_k_norm;   /* [head_dim] RMSNorm of each head of q and k (gemma3), or NULL */
     float *post_attn_norm, *post_ffn_norm; /* [n_embd] RMSNorm of the attention / FFN output before the residual */
-    int local;              /* sliding-window attention, with the local rope base (gemma3) */
+    int local;              /* sliding-window attention: sees only the last swa_window positions */
+    int rope_local;         /* rotates with the local rope base (gemma3's local layers) */
 
     /* activation sparsity, from files written by convert/add_profile.py or PowerInfer */
     pi_weight fc1;          /* predictor, n_embd -> rank */
@@ -41,16 +42,23 @@ struct pi_model {
     int32_t head_dim;
     int vocab_only;
     pi_weight token_embd;   /* n_vocab rows of n_embd */
-    float *output_norm;     /* [n_embd] */
+    pi_weight position_embd; /* learned positions (opt): row pos + position_offset is added to the embedding */
+    int32_t position_offset;
+    float *output_norm, *output_norm_b; /* [n_embd] */
     pi_weight output;       /* n_embd -> n_vocab; token_embd when tied */
+    float *output_b;        /* [n_vocab] optional bias of the logits */
     float *rope_freqs;      /* optional per-pair divisors of theta (llama 3.1 scaling), [n_rot/2] */
     /* what an architecture changes in the llama block */
+    unsigned traits;        /* ARCH_* of model.c */
     float embd_scale;       /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
     int rope_neox;          /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
+    int layer_norm;         /* LayerNorm (mean and variance, weight and bias) instead of RMSNorm */
+    int parallel;           /* attention and FFN both read the layer's input and add to it (falcon) */
     int32_t swa_window;     /* local layers attend to the last swa_window positions */
-    float rope_base_local;  /* rope base of the local layers */
+    float rope_base_local;  /* rope base of the rope_local layers; 0 when none */
     pi_layer *layers;       /* [n_layer] */
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
+    int predictors_unused;  /* the file has predictors that an FFN without a gate cannot use: dense only */
     int32_t max_rank;       /* largest predictor rank over the layers */
     float *vectors;         /* one allocation holding every norm and bias above, as f32 */
     int32_t *orders;        /* one allocation holding every layer's order */
