@@ -235,6 +235,7 @@ void pi_activate(const pi_context *c, float *g, const float *u, size_t count) {
         for (size_t i = 0; i < count; i++) g[i] = g[i] > 0.0f ? g[i] : 0.0f;
         break;
     case PI_ACT_GELU:
+        pthread_once(&gelu_table_once, build_gelu_table);
         for (size_t i = 0; i < count; i++) g[i] = gelu_as_ggml(g[i]);
         break;
     case PI_ACT_RELU_GLU:
