@@ -86,20 +86,7 @@ SYNTHETIC_FLOAT = {
     "untied_biases": dict(output_type="F32", biases=True),
     "rope_linear_x4_base_5e5": dict(rope_freq_base=500000.0, extra_kv={"llama.rope.scaling.factor": 4.0}),
     "mha_3_layers": dict(n_head_kv=4, n_layer=3),
-}
-
-
-@pytest.mark.parametrize("name", SYNTHETIC_FLOAT)
-def test_synthetic_f32_matches_llama_cpp(name, tmp_path):
-    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **SYNTHETIC_FLOAT[name])
-    tokens = np.random.default_rng(1).integers(0, 288, N_TOKENS).tolist()
-    stats = compare_logits(ReferenceModel(path).logits(tokens), llama_cpp_logits(path, tokens))
-    _report(f"synthetic F32 {name}", stats)
-    assert stats["top1"] >= 0.97 and stats["kl_mean"] < 1e-4
-
-
-# the other architectures llama.cpp runs, as the synthetic writer lays them out
-SYNTHETIC_ARCHS = {
+    # the other architectures llama.cpp runs, as the synthetic writer lays them out
     "phi3_gqa": dict(arch="phi3"),
     "phi3_mha": dict(arch="phi3", n_head_kv=4),
     "falcon_7b_mqa": dict(arch="falcon", n_head_kv=1),
@@ -108,10 +95,10 @@ SYNTHETIC_ARCHS = {
 }
 
 
-@pytest.mark.parametrize("name", SYNTHETIC_ARCHS)
-def test_synthetic_arch_matches_llama_cpp(name, tmp_path):
-    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **SYNTHETIC_ARCHS[name])
-    tokens = np.random.default_rng(3).integers(0, 288, N_TOKENS).tolist()
+@pytest.mark.parametrize("name", SYNTHETIC_FLOAT)
+def test_synthetic_f32_matches_llama_cpp(name, tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **SYNTHETIC_FLOAT[name])
+    tokens = np.random.default_rng(1).integers(0, 288, N_TOKENS).tolist()
     stats = compare_logits(ReferenceModel(path).logits(tokens), llama_cpp_logits(path, tokens))
     _report(f"synthetic F32 {name}", stats)
     assert stats["top1"] >= 0.97 and stats["kl_mean"] < 1e-4
