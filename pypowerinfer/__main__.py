@@ -39,6 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="device bytes for the hot neurons of a profiled model: 2G, 25%% of its bytes, or auto")
     p.add_argument("--hybrid-device", default="auto", choices=["auto", "cuda", "host", "none"],
                    help="where the hot neurons run (host: the stand-in device on a CPU thread)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0,
+                   help="layer offload: the last N layers on the CUDA device (-1: all; ignored without one)")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
 
@@ -51,7 +53,7 @@ def main(argv=None) -> int:
         llm = Llama(model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=threads,
                     n_threads_batch=args.threads_batch or threads, seed=args.seed, verbose=args.verbose,
                     sparse=not args.no_sparse, sparse_threshold_shift=args.sparse_shift,
-                    vram_budget=args.vram_budget, hybrid_device=args.hybrid_device)
+                    vram_budget=args.vram_budget, hybrid_device=args.hybrid_device, n_gpu_layers=args.n_gpu_layers)
     except (OSError, ValueError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

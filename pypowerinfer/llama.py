@@ -20,7 +20,7 @@ from .chat import (FORMATS, TemplateFormat, chunks_to_chat, completion_to_chat, 
                    response_format_grammar, tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
-from ._ffi import lib
+from ._ffi import UnsupportedError, lib
 from .model import NativeContext, NativeModel, cuda_device_count
 from .placement import parse_budget
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
@@ -128,11 +128,11 @@ class Llama:
             raise ValueError(f"token_embd has {info.n_vocab} rows but the vocabulary has {self._n_vocab} tokens")
         n_ctx = n_ctx if n_ctx > 0 else info.n_ctx_train
         self.n_batch = max(1, min(n_ctx, n_batch))
-        self._ctx = NativeContext(self._model, n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
-                                  n_threads_batch=self.n_threads_batch, logits_all=logits_all,
-                                  kernel_impl=kernel_impl, sparse=_sparse_mode(sparse),
-                                  sparse_threshold_shift=sparse_threshold_shift, embeddings=embedding,
-                                  **self._split(vram_budget, hybrid_device, verbose))
+        options = dict(n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
+                       n_threads_batch=self.n_threads_batch, logits_all=logits_all, kernel_impl=kernel_impl,
+                       sparse=_sparse_mode(sparse), sparse_threshold_shift=sparse_threshold_shift,
+                       embeddings=embedding, **self._split(vram_budget, hybrid_device, verbose))
+        self._ctx = self._context(options, n_gpu_layers, verbose)
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
@@ -141,6 +141,23 @@ class Llama:
         if verbose:
             print(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
                   f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}", file=sys.stderr)
+
+    def _context(self, options: dict, n_gpu_layers: int, verbose: bool) -> NativeContext:
+        """The native context, with layer offload when n_gpu_layers asks for it and a CUDA device
+        exists. Without one n_gpu_layers is ignored, as llama-cpp-python's CPU build ignores it; a
+        model whose layers the device cannot run falls back to the CPU with a warning."""
+        if n_gpu_layers == 0 or cuda_device_count() == 0:
+            if n_gpu_layers and verbose:
+                print("pypowerinfer: n_gpu_layers ignored: no CUDA device", file=sys.stderr)
+            return NativeContext(self._model, **options)
+        if options.get("vram_budget"):
+            raise ValueError("n_gpu_layers (layer offload) and vram_budget (the hybrid split) both use the device: "
+                             "choose one")
+        try:
+            return NativeContext(self._model, n_gpu_layers=n_gpu_layers, **options)
+        except UnsupportedError as e:
+            warnings.warn(f"n_gpu_layers: {e}; every layer runs on the CPU", stacklevel=3)
+            return NativeContext(self._model, **options)
 
     def _split(self, vram_budget, hybrid_device: str, verbose: bool) -> dict:
         """NativeContext's device and vram_budget for Llama's options; prints the placement."""

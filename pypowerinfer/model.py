@@ -152,7 +152,7 @@ class NativeContext:
     def __init__(self, model: NativeModel, *, n_ctx: int, n_batch: int, n_threads: int,
                  n_threads_batch: int, logits_all: bool, kernel_impl: int = 0, sparse: int = 1,
                  sparse_threshold_shift: float = 0.0, device: int = 0, vram_budget: int = 0,
-                 embeddings: bool = False):
+                 embeddings: bool = False, n_gpu_layers: int = 0):
         params = lib.pi_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -165,6 +165,7 @@ class NativeContext:
         params.device = device
         params.vram_budget = int(vram_budget)
         params.embeddings = int(embeddings)
+        params.n_gpu_layers = int(n_gpu_layers)
         self._capture = None
         out = ffi.new("pi_context **")
         check(lib.pi_context_new(model.handle, params, out))

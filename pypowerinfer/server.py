@@ -269,6 +269,8 @@ def parse_args(argv=None):
     ap.add_argument("--n-threads", type=int, default=int(_env("n_threads", 0)) or None)
     ap.add_argument("--chat-format", default=_env("chat_format"))
     ap.add_argument("--vram-budget", default=_env("vram_budget"), help="bytes, 2G, 25%% or auto (profiled models)")
+    ap.add_argument("--n-gpu-layers", type=int, default=int(_env("n_gpu_layers", 0)),
+                    help="layer offload: the last N layers on the CUDA device (-1: all)")
     ap.add_argument("--no-sparse", action="store_true", default=_env("no_sparse", "") not in ("", "0", "false"))
     ap.add_argument("--sparse-shift", type=float, default=float(_env("sparse_shift", 0.0)))
     return ap.parse_args(argv)
@@ -285,7 +287,7 @@ def main(argv=None) -> int:
     try:
         llm = Llama(model, n_ctx=args.n_ctx, n_threads=args.n_threads, chat_format=args.chat_format,
                     embedding=True, sparse=not args.no_sparse, sparse_threshold_shift=args.sparse_shift,
-                    vram_budget=args.vram_budget, verbose=False)
+                    vram_budget=args.vram_budget, n_gpu_layers=args.n_gpu_layers, verbose=False)
     except (OSError, ValueError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -46,3 +46,55 @@ def test_cuda_split_matches_the_cpu(weight_type, share, tmp_path):
     assert float(np.abs(gpu - cpu).max()) <= tol * scale, weight_type
     # the same neurons fire, up to those whose gate is within quantization noise of zero
     assert abs(gpu_stats["ffn_rows_done"] - cpu_stats["ffn_rows_done"]) <= 0.01 * cpu_stats["ffn_rows_done"]
+
+
+# ---- layer offload (n_gpu_layers) ----
+
+def offload_logits(path, n_gpu_layers, n_batch=32):
+    """Teacher-forced logits of TOKENS, evaluated in chunks of n_batch: a prompt, then cached parts."""
+    model = NativeModel(str(path))
+    ctx = NativeContext(model, n_ctx=64, n_batch=n_batch, n_threads=2, n_threads_batch=2, logits_all=True,
+                        sparse=0, n_gpu_layers=n_gpu_layers)
+    try:
+        for at in range(0, len(TOKENS), n_batch):
+            ctx.decode(TOKENS[at:at + n_batch], at)
+        return ctx.logits[: len(TOKENS)].copy()
+    finally:
+        ctx.close()
+        model.close()
+
+
+@pytest.mark.parametrize("n_batch", [32, 5, 1])
+@pytest.mark.parametrize("n_gpu_layers", [1, 3, -1])  # of 3 layers: -1 takes the output matrix as well
+@pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
+def test_layer_offload_matches_the_cpu(weight_type, n_gpu_layers, n_batch, tmp_path):
+    from synthetic import write_llama_gguf
+
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type=weight_type, n_layer=3, biases=True)
+    cpu, gpu = offload_logits(path, 0, n_batch), offload_logits(path, n_gpu_layers, n_batch)
+    tol = TOLERANCE.get(weight_type, 5e-2)
+    assert float(np.abs(gpu - cpu).max()) <= tol * float(np.abs(cpu).max()), weight_type
+
+
+@pytest.mark.parametrize("variant", [dict(arch="qwen2", biases=True),
+                                     dict(extra_kv={"llama.attention.sliding_window": 5})])
+def test_layer_offload_variants_match_the_cpu(variant, tmp_path):
+    from synthetic import write_llama_gguf
+
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **variant)
+    cpu, gpu = offload_logits(path, 0), offload_logits(path, -1)
+    assert float(np.abs(gpu - cpu).max()) <= 1e-4 * float(np.abs(cpu).max())
+
+
+def test_layer_offload_refuses_to_save_state(tmp_path):
+    from synthetic import write_llama_gguf
+
+    model = NativeModel(str(write_llama_gguf(tmp_path / "m.gguf")))
+    ctx = NativeContext(model, n_ctx=32, n_batch=8, n_threads=1, n_threads_batch=1, logits_all=False, n_gpu_layers=-1)
+    try:
+        ctx.decode(TOKENS[:4], 0)
+        with pytest.raises(NotImplementedError, match="layer offload"):
+            ctx.get_state()
+    finally:
+        ctx.close()
+        model.close()

@@ -176,3 +176,18 @@ def test_gpu_check_script_is_ready(profiled, tmp_path):
                     "80,100", "--decode", "4", "-t", "1", "--markdown", str(out)], check=True, capture_output=True)
     table = out.read_text()
     assert "| dense, CPU |" in table and "hybrid (host), 80% budget" in table and "hybrid (host), 100% budget" in table
+
+
+def test_layer_offload_baseline_takes_the_last_layers_that_fit():
+    """bench/hybrid.py's n_gpu_layers at a budget: whole layers from the last one back."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.hybrid import layers_within
+
+    assert layers_within([10, 20, 30], 29) == 0
+    assert layers_within([10, 20, 30], 30) == 1
+    assert layers_within([10, 20, 30], 59) == 2
+    assert layers_within([10, 20, 30], 60) == 3
+    assert layers_within([], 100) == 0

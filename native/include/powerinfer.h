@@ -106,6 +106,7 @@ typedef struct {
     int32_t device;          /* PI_DEVICE_*: where the hot neurons of pi_model_plan(vram_budget) run */
     uint64_t vram_budget;    /* device bytes for the hybrid split; 0 = all on the CPU */
     int32_t embeddings;      /* keep every evaluated position's final normed hidden state (pi_get_embeddings) */
+    int32_t n_gpu_layers;    /* layer offload: the last n layers on the CUDA device (< 0: all); 0 = none */
 } pi_context_params;
 
 enum {

@@ -6,6 +6,7 @@
 
 #include "context.h"
 #include "device.h"
+#include "offload.h"
 #include "placement.h"
 #include "status.h"
 
@@ -13,7 +14,7 @@ PI_API pi_context_params pi_context_default_params(void) {
     pi_context_params p = { .n_ctx = 512, .n_batch = 512, .n_threads = 0, .n_threads_batch = 0,
                             .logits_all = 0, .kernel_impl = PI_IMPL_AUTO, .sparse = PI_SPARSE_DECODE,
                             .sparse_threshold_shift = 0.0f, .device = PI_DEVICE_NONE, .vram_budget = 0,
-                            .embeddings = 0 };
+                            .embeddings = 0, .n_gpu_layers = 0 };
     return p;
 }
 
@@ -198,6 +199,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     }
     int rc = pi_threadpool_new(pool_size, &c->pool);
     if (!rc) rc = start_split(c);
+    if (!rc) rc = pi_offload_new(c);
     if (rc) {
         pi_context_free(c);
         return rc;
@@ -216,6 +218,7 @@ PI_API void pi_context_free(pi_context *c) {
     free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
     free(c->run_rows); free(c->down_acc); free(c->embd);
     if (c->device) c->device->ops->free(c->device);
+    pi_offload_free(c);
     free(c->hot_runs);
     free(c->layout);
     free(c);
@@ -310,8 +313,16 @@ static void copy_cache(pi_context *c, uint8_t *blob, int32_t n_past, int save) {
 
 PI_API uint64_t pi_context_state_size(const pi_context *c) { return c ? state_bytes(c, c->n_past) : 0; }
 
+/* the offloaded layers' cache is in device memory, which the blob does not cover */
+static int refuse_offloaded_state(const pi_context *c) {
+    return c->offload ? pi_set_error(PI_ERR_UNSUPPORTED, "saving or loading the state of a context with layer offload "
+                                                         "(n_gpu_layers) is not supported")
+                      : PI_OK;
+}
+
 PI_API int pi_context_get_state(const pi_context *c, uint8_t *dst, uint64_t size) {
     if (!c || !dst) return pi_set_error(PI_ERR_ARG, "pi_context_get_state: NULL argument");
+    if (refuse_offloaded_state(c)) return PI_ERR_UNSUPPORTED;
     if (size < state_bytes(c, c->n_past))
         return pi_set_error(PI_ERR_ARG, "state buffer of %llu bytes is smaller than the %zu needed",
                             (unsigned long long)size, state_bytes(c, c->n_past));
@@ -325,6 +336,7 @@ PI_API int pi_context_get_state(const pi_context *c, uint8_t *dst, uint64_t size
 
 PI_API int pi_context_set_state(pi_context *c, const uint8_t *src, uint64_t size) {
     if (!c || !src) return pi_set_error(PI_ERR_ARG, "pi_context_set_state: NULL argument");
+    if (refuse_offloaded_state(c)) return PI_ERR_UNSUPPORTED;
     const pi_model *m = c->model;
     const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
     state_header h;

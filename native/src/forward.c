@@ -9,6 +9,7 @@
 
 #include "context.h"
 #include "ffn_sparse.h"
+#include "offload.h"
 #include "status.h"
 
 /* ---- parallel matmul: one task covers up to three weights that read the same input ---- */
@@ -386,6 +387,11 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     for (int il = 0; il < h->n_layer; il++) {
         const pi_layer *L = &m->layers[il];
         int rc;
+        /* layer offload: the device computes this layer and every one after it */
+        if (il == c->offload_first) {
+            if ((rc = pi_offload_run(c, n, pos0, logits_mode))) return rc;
+            break;
+        }
 
         /* attention: q, k, v from the normed stream; rotate; append k, v to the cache */
         norm(c, c->x, L->attn_norm, L->attn_norm_b, c->xn, n);
@@ -426,7 +432,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     if (c->embd) norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)pos0 * d, n);
 
     /* logits of the last position, or of every position with logits_all */
-    if (logits_mode != PI_LOGITS_NONE) {
+    if (logits_mode != PI_LOGITS_NONE && !c->offload_output) {
         const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
         const float *normed = c->out_x;
         if (c->embd) normed = c->embd + (size_t)(pos0 + first) * d; /* the embeddings are these rows */

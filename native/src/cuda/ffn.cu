@@ -3,25 +3,14 @@
 // Weights stay in their GGUF block formats in device memory and are decoded as they are read;
 // the FFN input stays float. One warp computes one row's dot product, its lanes taking whole
 // 32-weight blocks; the down sums give one thread per output dimension and run.
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/decode.cuh"
 #include "cuda/ffn_cuda.h"
-#include "quants.h"
 
 enum { ACT_SILU_GLU = 0, ACT_RELU_GLU = 1, ACT_RELU_RELU_GLU = 2 };
 enum { WARPS_PER_BLOCK = 8, DOWN_THREADS = 256 };
-
-struct dev_weight {
-    uint32_t type;
-    int64_t n_in, n_rows;
-    size_t row_bytes;
-    uint8_t *data;
-};
 
 struct dev_layer {
     int32_t n_hot, rank, hot_runs;
@@ -39,74 +28,6 @@ struct pi_cuda_ffn {
     float *host_x, *host_partial; // pinned
     int32_t *host_rows;
 };
-
-static int fail(cudaError_t e, const char *what, char *err, size_t len) {
-    snprintf(err, len, "CUDA: %s: %s", what, cudaGetErrorString(e));
-    cudaGetLastError();
-    return -1;
-}
-
-#define TRY(call, what)                                             \
-    do {                                                            \
-        cudaError_t e_ = (call);                                    \
-        if (e_ != cudaSuccess) return fail(e_, what, err, err_len); \
-    } while (0)
-
-// ---- decoding ----
-
-__device__ inline float f16(const uint8_t *p) { return __half2float(__ushort_as_half((uint16_t)(p[0] | p[1] << 8))); }
-
-__device__ inline uint32_t u32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-// weight j (0..31) of a block: its integer and the block's scale and offset, w = d * q + m
-__device__ inline float block_weight(uint32_t type, const uint8_t *b, int j) {
-    const int lo = j < 16, k = j & 15;
-    switch (type) {
-    case PI_TYPE_Q4_0: return f16(b) * (float)((lo ? b[2 + k] & 15 : b[2 + k] >> 4) - 8);
-    case PI_TYPE_Q4_1: return f16(b) * (float)(lo ? b[4 + k] & 15 : b[4 + k] >> 4) + f16(b + 2);
-    case PI_TYPE_Q5_0: {
-        const int q = (lo ? b[6 + k] & 15 : b[6 + k] >> 4) | (int)((u32(b + 2) >> j) & 1) << 4;
-        return f16(b) * (float)(q - 16);
-    }
-    case PI_TYPE_Q5_1: {
-        const int q = (lo ? b[8 + k] & 15 : b[8 + k] >> 4) | (int)((u32(b + 4) >> j) & 1) << 4;
-        return f16(b) * (float)q + f16(b + 2);
-    }
-    case PI_TYPE_Q8_0: return f16(b) * (float)(int8_t)b[2 + j];
-    default: return 0.0f;
-    }
-}
-
-
-__device__ inline int is_float(uint32_t type) { return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
-
-// element i of a row
-__device__ inline float row_weight(const dev_weight &w, const uint8_t *row, int i) {
-    switch (w.type) {
-    case PI_TYPE_F32: return reinterpret_cast<const float *>(row)[i];
-    case PI_TYPE_F16: return f16(row + 2 * i);
-    case PI_TYPE_BF16: return __uint_as_float((uint32_t)(row[2 * i] | row[2 * i + 1] << 8) << 16);
-    default: return block_weight(w.type, row + (size_t)(i / 32) * pi_block_bytes((int)w.type), i % 32);
-    }
-}
-
-// dot(row r, x) over the warp; every lane returns the sum
-__device__ float warp_dot(const dev_weight &w, int64_t r, const float *x) {
-    const uint8_t *row = w.data + (size_t)r * w.row_bytes;
-    const int lane = threadIdx.x % 32, n = (int)w.n_in;
-    float s = 0.0f;
-    if (is_float(w.type)) {
-        for (int i = lane; i < n; i += 32) s += row_weight(w, row, i) * x[i];
-    } else {
-        const size_t bb = pi_block_bytes((int)w.type);
-        for (int b = lane; b < n / 32; b += 32)
-            for (int j = 0; j < 32; j++) s += block_weight(w.type, row + b * bb, j) * x[b * 32 + j];
-    }
-    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    return s;
-}
 
 // ---- kernels ----
 
@@ -157,33 +78,6 @@ __global__ void k_down(dev_weight down_t, const float *a, int n_hot, int run, in
 
 // ---- host side ----
 
-static int upload(dev_weight *d, const pi_cuda_weight *w, char *err, size_t err_len) {
-    d->type = w->type;
-    d->n_in = w->n_in;
-    d->n_rows = w->n_rows;
-    d->row_bytes = w->row_bytes;
-    const size_t bytes = (size_t)w->n_rows * w->row_bytes;
-    TRY(cudaMalloc(&d->data, bytes ? bytes : 1), "allocating weights");
-    TRY(cudaMemcpy(d->data, w->host, bytes, cudaMemcpyHostToDevice), "uploading weights");
-    return 0;
-}
-
-static int upload_floats(float **d, const float *host, int n, char *err, size_t err_len) {
-    *d = nullptr;
-    if (!host) return 0;
-    TRY(cudaMalloc(d, (size_t)n * sizeof(float)), "allocating biases");
-    TRY(cudaMemcpy(*d, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice), "uploading biases");
-    return 0;
-}
-
-// a weight the kernels can read: a float type, or a block type with whole blocks per row
-static int supported(const pi_cuda_weight *w) {
-    const uint32_t t = w->type;
-    if (t == PI_TYPE_F32 || t == PI_TYPE_F16 || t == PI_TYPE_BF16) return 1;
-    const int block = t == PI_TYPE_Q4_0 || t == PI_TYPE_Q4_1 || t == PI_TYPE_Q5_0 || t == PI_TYPE_Q5_1 || t == PI_TYPE_Q8_0;
-    return block && w->n_in % 32 == 0;
-}
-
 extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const pi_cuda_layer *layers,
                                pi_cuda_ffn **out, char *err, size_t err_len) {
     *out = nullptr;
@@ -206,7 +100,7 @@ extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const 
         if (!L->n_hot) continue;
         const pi_cuda_weight *ws[5] = { &src->fc1, &src->fc2, &src->gate, &src->up, &src->down_t };
         for (const pi_cuda_weight *w : ws)
-            if (!supported(w))
+            if (!device_reads(w))
                 return snprintf(err, err_len, "CUDA: layer %d: weight type %u is not supported on the device", il,
                                 w->type), -1;
         L->rank = (int32_t)src->fc1.n_rows;

@@ -1,0 +1,320 @@
+// layers.cu - whole layers on a CUDA device, for layer offload (layers_cuda.h).
+//
+// The same block as forward.c's pi_forward, one kernel per step on one stream: RMSNorm, the
+// q/k/v, output and FFN matrices (a warp per row and token, decode.cuh), rope, the f16 KV cache,
+// attention (a thread block per token and head), the activation and the residual adds. Written
+// for clarity first: the layer offload it serves is a baseline to compare against.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/decode.cuh"
+#include "cuda/layers_cuda.h"
+#include "powerinfer.h"
+
+enum { WARPS = 8, THREADS = 256 };
+
+struct dev_block {
+    dev_weight q, k, v, o, gate, up, down;
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
+    float *q_b, *k_b, *v_b, *o_b, *gate_b, *up_b, *down_b;
+    int local, rope_local;
+};
+
+struct pi_cuda_layers {
+    pi_cuda_shape s;
+    int n_blocks;
+    dev_block *blocks;
+    cudaStream_t stream;
+    float *x, *xn, *q, *k, *v, *att, *delta, *gate, *up; // [n_batch][...] activations
+    float *scores;                                       // [n_batch * n_head][n_ctx]
+    float *inv_freq;                                     // [2][n_rot / 2]
+    __half *k_cache, *v_cache;                           // [n_blocks][n_ctx][kv_dim]
+    float *host_x;                                       // pinned [n_batch][n_embd]
+    dev_weight output;                                   // data NULL: the output is the host's
+    float *output_norm, *output_b, *logits;              // logits [n_batch][n_vocab]
+};
+
+// ---- kernels ----
+
+// a block-wide sum over blockDim.x (a multiple of 32) threads; every thread gets it
+static __device__ float block_sum(float v, float *shared) {
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int w = 0; w < (int)blockDim.x / 32; w++) s += shared[w];
+    __syncthreads();
+    return s;
+}
+
+static __device__ float block_max(float v, float *shared) {
+    for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
+    __syncthreads();
+    float m = -INFINITY;
+    for (int w = 0; w < (int)blockDim.x / 32; w++) m = fmaxf(m, shared[w]);
+    __syncthreads();
+    return m;
+}
+
+// out[r] = x[r] / rms(x[r]) * w, one thread block per row of d
+__global__ void k_rmsnorm(const float *x, const float *w, float *out, int d, float eps) {
+    __shared__ float shared[32];
+    const float *xr = x + (size_t)blockIdx.x * d;
+    float *orow = out + (size_t)blockIdx.x * d;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    const float inv = rsqrtf(block_sum(ss, shared) / d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = xr[i] * inv * w[i];
+}
+
+// y[t][r] = dot(row r, x[t]) (+ b[r]), a warp per row; grid.y is the token
+__global__ void k_matmul(dev_weight w, const float *x, float *y, const float *b) {
+    const int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
+    if (r >= w.n_rows) return;
+    const int t = blockIdx.y;
+    const float v = warp_dot(w, r, x + (size_t)t * w.n_in);
+    if (threadIdx.x % 32 == 0) y[(size_t)t * w.n_rows + r] = v + (b ? b[r] : 0.0f);
+}
+
+// RoPE on the first n_rot dims of each head of n tokens: pairs (2i, 2i + 1), or (i, i + n_rot/2)
+// for NeoX; one thread per pair, grid.x the token and head
+__global__ void k_rope(float *x, int n_heads, int hd, int half, int pos0, const float *inv_freq, int neox) {
+    const int i = threadIdx.x, t = blockIdx.x / n_heads;
+    if (i >= half) return;
+    float *v = x + (size_t)blockIdx.x * hd;
+    float *a = neox ? v + i : v + 2 * i, *b = neox ? a + half : a + 1;
+    const float theta = (float)(pos0 + t) * inv_freq[i];
+    float s, c;
+    sincosf(theta, &s, &c);
+    const float x0 = *a, x1 = *b;
+    *a = x0 * c - x1 * s;
+    *b = x0 * s + x1 * c;
+}
+
+// the cache rows of n new positions, in f16
+__global__ void k_store(const float *src, __half *dst, int count) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) dst[i] = __float2half(src[i]);
+}
+
+// softmax(q k^T / sqrt(hd)) v for one (token, head) per thread block, over positions first..pos
+// (first > 0 on sliding-window layers), the scores in global scratch. q rounded to f16 and the
+// probabilities too, as the CPU path and llama.cpp's f16 products do.
+__global__ void k_attention(const float *q, const __half *kc, const __half *vc, float *out, float *scores, int pos0,
+                            int n_head, int group, int hd, int kv_dim, int window, int n_ctx) {
+    __shared__ float shared[32];
+    const int t = blockIdx.x / n_head, h = blockIdx.x % n_head, n_kv = pos0 + t + 1;
+    const int first = window > 0 && n_kv > window ? n_kv - window : 0;
+    const float *qh = q + (size_t)blockIdx.x * hd;
+    const __half *k = kc + (size_t)(h / group) * hd, *v = vc + (size_t)(h / group) * hd;
+    float *s = scores + (size_t)blockIdx.x * n_ctx;
+    const float scale = rsqrtf((float)hd);
+    float max = -INFINITY;
+    for (int p = first + threadIdx.x; p < n_kv; p += blockDim.x) {
+        float dot = 0.0f;
+        for (int i = 0; i < hd; i++)
+            dot += __half2float(__float2half(qh[i])) * __half2float(k[(size_t)p * kv_dim + i]);
+        s[p] = dot * scale;
+        max = fmaxf(max, s[p]);
+    }
+    max = block_max(max, shared);
+    float sum = 0.0f;
+    for (int p = first + threadIdx.x; p < n_kv; p += blockDim.x) {
+        s[p] = expf(s[p] - max);
+        sum += s[p];
+    }
+    const float inv = 1.0f / block_sum(sum, shared); // its barriers also publish s[] to the block
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int p = first; p < n_kv; p++)
+            acc += __half2float(__float2half(s[p] * inv)) * __half2float(v[(size_t)p * kv_dim + i]);
+        out[(size_t)blockIdx.x * hd + i] = acc;
+    }
+}
+
+static __device__ float gelu(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608f * x * (1.0f + 0.044715f * x * x)));
+}
+
+// g = act(g, u) over count values (the gated activations of forward.c's pi_activate)
+__global__ void k_activate(float *g, const float *u, int count, int act) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    const float a = g[i], b = u[i];
+    switch (act) {
+    case PI_ACT_RELU_GLU: g[i] = (a > 0.0f ? a : 0.0f) * b; break;
+    case PI_ACT_RELU_RELU_GLU: g[i] = (a > 0.0f ? a : 0.0f) * (b > 0.0f ? b : 0.0f); break;
+    case PI_ACT_GELU_GLU: g[i] = gelu(a) * b; break;
+    default: g[i] = a / (1.0f + expf(-a)) * b; // PI_ACT_SILU_GLU
+    }
+}
+
+__global__ void k_add(float *x, const float *delta, int count) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) x[i] += delta[i];
+}
+
+// ---- one layer ----
+
+static unsigned blocks_for(int64_t count) { return (unsigned)((count + THREADS - 1) / THREADS); }
+
+static void matmul(const pi_cuda_layers *g, const dev_weight &w, const float *x, int n, float *y, const float *b) {
+    k_matmul<<<dim3((unsigned)((w.n_rows + WARPS - 1) / WARPS), (unsigned)n), WARPS * 32, 0, g->stream>>>(w, x, y, b);
+}
+
+static void rmsnorm(const pi_cuda_layers *g, const float *x, const float *w, float *out, int rows, int d) {
+    k_rmsnorm<<<(unsigned)rows, THREADS, 0, g->stream>>>(x, w, out, d, g->s.norm_eps);
+}
+
+static void add(const pi_cuda_layers *g, float *x, const float *delta, int count) {
+    k_add<<<blocks_for(count), THREADS, 0, g->stream>>>(x, delta, count);
+}
+
+// x += attention(x) and then x += FFN(x) for n tokens at pos0.., as pi_forward's layer loop
+static void layer(pi_cuda_layers *g, int il, int n, int pos0) {
+    const pi_cuda_shape *s = &g->s;
+    const dev_block *L = &g->blocks[il];
+    const int d = s->n_embd, hd = s->head_dim, kv_dim = s->n_head_kv * hd, half = s->n_rot / 2;
+
+    rmsnorm(g, g->x, L->attn_norm, g->xn, n, d);
+    matmul(g, L->q, g->xn, n, g->q, L->q_b);
+    matmul(g, L->k, g->xn, n, g->k, L->k_b);
+    matmul(g, L->v, g->xn, n, g->v, L->v_b);
+    if (L->q_norm) rmsnorm(g, g->q, L->q_norm, g->q, n * s->n_head, hd);
+    if (L->k_norm) rmsnorm(g, g->k, L->k_norm, g->k, n * s->n_head_kv, hd);
+    const float *freq = g->inv_freq + (L->rope_local ? half : 0);
+    if (half > 0) {
+        k_rope<<<(unsigned)(n * s->n_head), (unsigned)half, 0, g->stream>>>(g->q, s->n_head, hd, half, pos0, freq, s->rope_neox);
+        k_rope<<<(unsigned)(n * s->n_head_kv), (unsigned)half, 0, g->stream>>>(g->k, s->n_head_kv, hd, half, pos0, freq,
+                                                                                s->rope_neox);
+    }
+    const size_t layer_at = (size_t)il * s->n_ctx * kv_dim;
+    k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->k, g->k_cache + layer_at + (size_t)pos0 * kv_dim, n * kv_dim);
+    k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->v, g->v_cache + layer_at + (size_t)pos0 * kv_dim, n * kv_dim);
+    k_attention<<<(unsigned)(n * s->n_head), 128, 0, g->stream>>>(g->q, g->k_cache + layer_at, g->v_cache + layer_at, g->att,
+                                                                 g->scores, pos0, s->n_head, s->n_head / s->n_head_kv,
+                                                                 hd, kv_dim, L->local ? s->swa_window : 0, s->n_ctx);
+    matmul(g, L->o, g->att, n, g->delta, L->o_b);
+    if (L->post_attn_norm) rmsnorm(g, g->delta, L->post_attn_norm, g->delta, n, d);
+    add(g, g->x, g->delta, n * d);
+
+    rmsnorm(g, g->x, L->ffn_norm, g->xn, n, d);
+    matmul(g, L->gate, g->xn, n, g->gate, L->gate_b);
+    matmul(g, L->up, g->xn, n, g->up, L->up_b);
+    k_activate<<<blocks_for(n * s->n_ff), THREADS, 0, g->stream>>>(g->gate, g->up, n * s->n_ff, s->act);
+    matmul(g, L->down, g->gate, n, g->delta, L->down_b);
+    if (L->post_ffn_norm) rmsnorm(g, g->delta, L->post_ffn_norm, g->delta, n, d);
+    add(g, g->x, g->delta, n * d);
+}
+
+// ---- host side ----
+
+static int upload_block(dev_block *L, const pi_cuda_block *b, const pi_cuda_shape *s, char *err, size_t err_len) {
+    const pi_cuda_weight *ws[7] = { &b->attn_q, &b->attn_k, &b->attn_v, &b->attn_output, &b->ffn_gate, &b->ffn_up, &b->ffn_down };
+    dev_weight *ds[7] = { &L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down };
+    for (int i = 0; i < 7; i++) {
+        if (!device_reads(ws[i])) return snprintf(err, err_len, "CUDA: weight type %u is not supported on the device", ws[i]->type), -1;
+        if (upload(ds[i], ws[i], err, err_len)) return -1;
+    }
+    const int d = s->n_embd, hd = s->head_dim, q_dim = s->n_head * hd, kv_dim = s->n_head_kv * hd;
+    const struct { float **dst; const float *src; int n; } vs[] = {
+        { &L->attn_norm, b->attn_norm, d }, { &L->ffn_norm, b->ffn_norm, d }, { &L->q_norm, b->attn_q_norm, hd },
+        { &L->k_norm, b->attn_k_norm, hd }, { &L->post_attn_norm, b->post_attn_norm, d },
+        { &L->post_ffn_norm, b->post_ffn_norm, d }, { &L->q_b, b->attn_q_b, q_dim }, { &L->k_b, b->attn_k_b, kv_dim },
+        { &L->v_b, b->attn_v_b, kv_dim }, { &L->o_b, b->attn_output_b, d }, { &L->gate_b, b->ffn_gate_b, s->n_ff },
+        { &L->up_b, b->ffn_up_b, s->n_ff }, { &L->down_b, b->ffn_down_b, d },
+    };
+    for (const auto &v : vs)
+        if (upload_floats(v.dst, v.src, v.n, err, err_len)) return -1;
+    L->local = b->local;
+    L->rope_local = b->rope_local;
+    return 0;
+}
+
+extern "C" int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, const pi_cuda_block *blocks,
+                                  pi_cuda_layers **out, char *err, size_t err_len) {
+    *out = nullptr;
+    pi_cuda_layers *g = (pi_cuda_layers *)calloc(1, sizeof *g);
+    if (!g) return snprintf(err, err_len, "no memory for the CUDA layers"), -1;
+    g->s = *shape;
+    g->n_blocks = n_blocks;
+    g->blocks = (dev_block *)calloc((size_t)(n_blocks > 0 ? n_blocks : 1), sizeof *g->blocks);
+    *out = g; // from here pi_cuda_layers_free releases whatever was made
+    if (!g->blocks) return snprintf(err, err_len, "no memory for the CUDA layers"), -1;
+    const pi_cuda_shape *s = shape;
+    if (s->n_rot / 2 > 1024) return snprintf(err, err_len, "CUDA: n_rot %d is too large for the rope kernel", s->n_rot), -1;
+    TRY(cudaSetDevice(0), "selecting device 0");
+    TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "creating a stream");
+    for (int il = 0; il < n_blocks; il++)
+        if (upload_block(&g->blocks[il], &blocks[il], s, err, err_len)) return -1;
+    const size_t B = (size_t)s->n_batch, q_dim = (size_t)s->n_head * s->head_dim, kv_dim = (size_t)s->n_head_kv * s->head_dim;
+    const size_t wide = q_dim > (size_t)s->n_embd ? q_dim : (size_t)s->n_embd;
+    const struct { float **p; size_t n; } bufs[] = {
+        { &g->x, B * s->n_embd }, { &g->xn, B * s->n_embd }, { &g->q, B * q_dim }, { &g->k, B * kv_dim },
+        { &g->v, B * kv_dim }, { &g->att, B * wide }, { &g->delta, B * s->n_embd }, { &g->gate, B * s->n_ff },
+        { &g->up, B * s->n_ff }, { &g->scores, B * s->n_head * (size_t)s->n_ctx }, { &g->inv_freq, (size_t)s->n_rot + 1 },
+    };
+    for (const auto &b : bufs) TRY(cudaMalloc(b.p, b.n * sizeof(float)), "allocating activations");
+    TRY(cudaMemcpy(g->inv_freq, s->inv_freq, (size_t)s->n_rot * sizeof(float), cudaMemcpyHostToDevice), "uploading rope");
+    const size_t cache = (size_t)n_blocks * s->n_ctx * kv_dim;
+    TRY(cudaMalloc(&g->k_cache, (cache ? cache : 1) * sizeof(__half)), "allocating the KV cache");
+    TRY(cudaMalloc(&g->v_cache, (cache ? cache : 1) * sizeof(__half)), "allocating the KV cache");
+    TRY(cudaMallocHost(&g->host_x, B * s->n_embd * sizeof(float)), "pinning the residual stream");
+    if (s->output.host) {
+        if (!device_reads(&s->output))
+            return snprintf(err, err_len, "CUDA: output type %u is not supported on the device", s->output.type), -1;
+        if (upload(&g->output, &s->output, err, err_len) || upload_floats(&g->output_norm, s->output_norm, s->n_embd, err, err_len) ||
+            upload_floats(&g->output_b, s->output_b, (int)s->output.n_rows, err, err_len))
+            return -1;
+        TRY(cudaMalloc(&g->logits, B * (size_t)s->output.n_rows * sizeof(float)), "allocating logits");
+    }
+    return 0;
+}
+
+extern "C" int pi_cuda_layers_run(pi_cuda_layers *g, float *x, int n, int pos0, float *logits, int first, char *err,
+                                  size_t err_len) {
+    const int d = g->s.n_embd;
+    const size_t bytes = (size_t)n * d * sizeof(float);
+    if (n <= 0 || n > g->s.n_batch || pos0 < 0 || pos0 + n > g->s.n_ctx || first < 0 || first >= n)
+        return snprintf(err, err_len, "CUDA layers: %d tokens at %d do not fit the device buffers", n, pos0), -1;
+    memcpy(g->host_x, x, bytes);
+    TRY(cudaMemcpyAsync(g->x, g->host_x, bytes, cudaMemcpyHostToDevice, g->stream), "copying the residual stream");
+    for (int il = 0; il < g->n_blocks; il++) layer(g, il, n, pos0);
+    if (logits && g->output.data) { // logits = output(norm(x[first..]))
+        const int rows = n - first;
+        const size_t n_vocab = (size_t)g->output.n_rows;
+        rmsnorm(g, g->x + (size_t)first * d, g->output_norm, g->xn, rows, d);
+        matmul(g, g->output, g->xn, rows, g->logits, g->output_b);
+        TRY(cudaGetLastError(), "launching the layer kernels");
+        TRY(cudaMemcpyAsync(logits, g->logits, (size_t)rows * n_vocab * sizeof(float), cudaMemcpyDeviceToHost, g->stream),
+            "copying the logits back");
+        TRY(cudaStreamSynchronize(g->stream), "running the layers");
+        return 0;
+    }
+    TRY(cudaGetLastError(), "launching the layer kernels");
+    TRY(cudaMemcpyAsync(g->host_x, g->x, bytes, cudaMemcpyDeviceToHost, g->stream), "copying the residual stream back");
+    TRY(cudaStreamSynchronize(g->stream), "running the layers");
+    memcpy(x, g->host_x, bytes);
+    return 0;
+}
+
+extern "C" void pi_cuda_layers_free(pi_cuda_layers *g) {
+    if (!g) return;
+    for (int il = 0; g->blocks && il < g->n_blocks; il++) {
+        dev_block *L = &g->blocks[il];
+        void *ps[] = { L->q.data, L->k.data, L->v.data, L->o.data, L->gate.data, L->up.data, L->down.data,
+                       L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->post_attn_norm, L->post_ffn_norm,
+                       L->q_b, L->k_b, L->v_b, L->o_b, L->gate_b, L->up_b, L->down_b };
+        for (void *p : ps) cudaFree(p);
+    }
+    free(g->blocks);
+    void *bufs[] = { g->x, g->xn, g->q, g->k, g->v, g->att, g->delta, g->gate, g->up, g->scores, g->inv_freq,
+                     g->k_cache, g->v_cache, g->output.data, g->output_norm, g->output_b, g->logits };
+    for (void *p : bufs) cudaFree(p);
+    cudaFreeHost(g->host_x);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    cudaGetLastError();
+    free(g);
+}
