@@ -12,7 +12,10 @@ from gguf.quants import dequantize
 
 from reference import ReferenceModel, compare_logits
 from synthetic import K_TYPES, random_k_blocks, write_llama_gguf
-from test_kernels import IMPLS, kernel_axpy_rows, kernel_dequant, kernel_matmul, require
+from test_kernels import (BLOCK_TYPES, FLOAT_TYPES, IMPLS, encode, kernel_axpy_rows, kernel_dequant, kernel_matmul,
+                          random_weights, require)
+
+from pypowerinfer._ffi import check, ffi, lib
 
 from pypowerinfer import Llama
 
@@ -105,3 +108,18 @@ def test_k_quant_model_matches_the_reference(qtype, tmp_path):
     # the wiring, not the numerics (the kernel tests above check those exactly): 8-bit activations
     # (Q8_K for the K weights) against a float forward move a random model's sharp logits a little
     assert stats["kl_mean"] < 0.1 and stats["top1"] >= 0.85, (qtype, stats)
+
+
+@pytest.mark.parametrize("qtype", [*FLOAT_TYPES, *BLOCK_TYPES, *K_TYPES])
+def test_device_decoding_equals_the_reference(qtype):
+    """cuda/weights.h, the weight decoding the CUDA kernels run, compiled for the host here: every
+    weight of every type the device reads equals the scalar reference's dequantization."""
+    n = 1536
+    if qtype in K_TYPES:
+        w, _ = k_rows(qtype, 2, n, 5)
+    else:
+        w = encode(random_weights(np.random.default_rng(4), 2, n), qtype)
+    for r in range(2):
+        device = np.full(n, np.nan, np.float32)
+        check(lib.pi_kernel_device_dequant(QT[qtype], ffi.from_buffer(w[r]), n, ffi.from_buffer("float[]", device)))
+        np.testing.assert_array_equal(device, kernel_dequant(qtype, "ref", w[r], n), err_msg=qtype)

@@ -71,7 +71,7 @@ __global__ void k_down(dev_weight down_t, const float *a, int n_hot, int run, in
     float s = 0.0f;
     for (int p = p0; p < p1; p++) {
         const float ap = a[p];
-        if (ap != 0.0f) s += ap * row_weight(down_t, down_t.data + (size_t)p * down_t.row_bytes, j);
+        if (ap != 0.0f) s += ap * pi_dw_row(down_t.type, down_t.data + (size_t)p * down_t.row_bytes, j);
     }
     partial[(size_t)r * n_embd + j] = s;
 }

@@ -2,6 +2,7 @@
  * builds its own table and activation buffer: simple, and cheap next to the work. */
 #include <stdlib.h>
 
+#include "cuda/weights.h"
 #include "kernels.h"
 #include "status.h"
 
@@ -84,5 +85,16 @@ PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_
         if (rows[j] < 0 || rows[j] >= n_rows)
             return pi_set_error(PI_ERR_ARG, "pi_kernel_axpy_rows: rows[%d] = %d is outside [0, %d)", j, rows[j], n_rows);
     k.axpy_rows[type](W, pi_type_row_bytes(type, d), rows, a, n, y, d);
+    return PI_OK;
+}
+
+PI_API int pi_kernel_device_dequant(int32_t type, const void *row, int32_t n, float *out) {
+    const pi_type_info *info;
+    int rc = row_type(type, n, &info);
+    if (rc != PI_OK) return rc;
+    if (!pi_dw_reads((uint32_t)type))
+        return pi_set_error(PI_ERR_UNSUPPORTED, "the CUDA kernels do not read %s", pi_type_name((uint32_t)type));
+    if (!row || !out) return pi_set_error(PI_ERR_ARG, "pi_kernel_device_dequant: NULL row or output");
+    for (int32_t i = 0; i < n; i++) out[i] = pi_dw_row((uint32_t)type, row, i);
     return PI_OK;
 }
