@@ -500,9 +500,11 @@ def write_profiled_relu_gguf(folder, weight_type: str, *, n_layer: int = 3, n_ff
     return rewrite_gguf(plain, folder / f"profiled-{weight_type}.gguf", extra, kv)
 
 
-def powerinfer_layout(src, dst, rank: int = 16) -> str:
+def powerinfer_layout(src, dst, rank: int = 16, exact: bool = False) -> str:
     """src as PowerInfer's converter lays out an OPT or Falcon file: the magic PWRI, ffn_down
-    transposed to ffn_down_t (its bias renamed with it), and random predictors fc1, fc2."""
+    transposed to ffn_down_t (its bias renamed with it), and random predictors fc1, fc2; with
+    exact, the oracle instead (fc1 = [I; -I], fc2 = [W_up, -W_up]: the logit is up's value, so
+    threshold 0 picks exactly the neurons a ReLU of up lets through, when up has no bias)."""
     from gguf import GGUFReader
 
     from reference import dequantize_tensor
@@ -517,9 +519,27 @@ def powerinfer_layout(src, dst, rank: int = 16) -> str:
         if name.endswith("ffn_up.weight"):
             n_ff, n_embd = dequantize_tensor(t).shape
             blk = name[:-len("ffn_up.weight")]
-            extra[blk + "fc1.weight"] = rng.standard_normal((rank, n_embd)).astype(np.float32)
-            extra[blk + "fc2.weight"] = rng.standard_normal((n_ff, rank)).astype(np.float32)
+            if exact:
+                up, eye = dequantize_tensor(t), np.eye(n_embd, dtype=np.float32)
+                extra[blk + "fc1.weight"] = np.concatenate([eye, -eye])
+                extra[blk + "fc2.weight"] = np.concatenate([up, -up], axis=1)
+            else:
+                extra[blk + "fc1.weight"] = rng.standard_normal((rank, n_embd)).astype(np.float32)
+                extra[blk + "fc2.weight"] = rng.standard_normal((n_ff, rank)).astype(np.float32)
     path = rewrite_gguf(src, dst, extra, drop=frozenset(drop))
     with open(path, "r+b") as f:
         f.write(b"PWRI")
     return path
+
+
+def write_profiled_relu_falcon(folder, weight_type: str, *, n_ff: int = 256, n_layer: int = 2) -> str:
+    """ReluFalcon (an FFN without a gate) in PowerInfer's layout with the exact predictor, and
+    random profiled frequencies for placing its neurons."""
+    folder = Path(folder)
+    plain = write_llama_gguf(folder / f"falcon-{weight_type}.gguf", arch="falcon", weight_type=weight_type, n_ff=n_ff,
+                             n_layer=n_layer)
+    rng = np.random.default_rng(0)
+    freqs = {f"blk.{il}.ffn_freq": rng.random(n_ff).astype(np.float32) for il in range(n_layer)}
+    profiled = rewrite_gguf(plain, folder / f"falcon-{weight_type}-freq.gguf", freqs)
+    return powerinfer_layout(profiled, folder / f"falcon-{weight_type}.powerinfer.gguf", exact=True)
+

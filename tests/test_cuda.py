@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from synthetic import WEIGHT_TYPES, write_profiled_relu_gguf
+from synthetic import WEIGHT_TYPES, write_profiled_relu_falcon, write_profiled_relu_gguf
 
 from pypowerinfer.model import NativeContext, NativeModel, cuda_device_count
 
@@ -32,8 +32,9 @@ def logits(model, device, budget):
 
 @pytest.mark.parametrize("share", [0.8, 1.0])
 @pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
-def test_cuda_split_matches_the_cpu(weight_type, share, tmp_path):
-    model = NativeModel(write_profiled_relu_gguf(tmp_path, weight_type))
+@pytest.mark.parametrize("writer", [write_profiled_relu_gguf, write_profiled_relu_falcon])  # gated, and not
+def test_cuda_split_matches_the_cpu(writer, weight_type, share, tmp_path):
+    model = NativeModel(writer(tmp_path, weight_type))
     try:
         budget = int(share * model.device_bytes())
         assert model.plan(budget).hot_neurons > 0

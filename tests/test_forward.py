@@ -174,19 +174,31 @@ def test_kernel_tiers_agree_end_to_end(impl, tmp_path):
 
 
 @pytest.mark.parametrize("arch, act", [("opt", "relu"), ("falcon", "relu")])
-def test_powerinfer_layout_runs_dense(arch, act, tmp_path):
-    # PowerInfer's OPT / ReluFalcon files: ffn_down_t only, and predictors the sparse FFN (gated
-    # FFNs only) cannot use; the PWRI magic makes falcon's FFN a ReLU
+def test_powerinfer_layout_runs_dense_and_sparse(arch, act, tmp_path):
+    """PowerInfer's OPT / ReluFalcon files: ffn_down_t only, predictors over an FFN without a gate
+    (the PWRI magic makes falcon's FFN a ReLU). Dense matches the reference; the sparse FFN,
+    over up's rows alone, equals dense when every neuron is predicted (a threshold shift of
+    -1000), and with falcon's exact predictor (up has no bias there) at the file's threshold."""
     plain = write_llama_gguf(tmp_path / "plain.gguf", arch=arch, weight_type="F32", n_head_kv=4)
-    path = powerinfer_layout(plain, tmp_path / "pwri.gguf")
+    path = powerinfer_layout(plain, tmp_path / "pwri.gguf", exact=arch == "falcon")
     tokens = list(range(3, 40, 3))
     ref = ReferenceModel(plain, act=act).logits(tokens)
-    with Llama(str(path), n_ctx=64, logits_all=True, verbose=False, sparse=False) as llm:
-        assert llm._model.info.ffn_act == act
-        stats = compare_logits(ref, teacher_forced(llm, tokens))
+
+    def run(**kw):
+        with Llama(str(path), n_ctx=64, logits_all=True, verbose=False, **kw) as llm:
+            assert llm._model.info.ffn_act == act
+            logits = teacher_forced(llm, tokens)
+            return logits, llm._ctx.stats()
+
+    dense, _ = run(sparse=False)
+    stats = compare_logits(ref, dense)
     assert stats["kl_mean"] < 1e-4 and stats["top1"] == 1.0, stats
-    with pytest.raises(UnsupportedError, match="sparse"):
-        Llama(str(path), n_ctx=64, verbose=False)
+    every, _ = run(sparse="all", sparse_threshold_shift=-1000.0)
+    np.testing.assert_allclose(every, dense, rtol=0, atol=1e-4 * np.abs(dense).max())
+    if arch == "falcon":
+        predicted, counts = run(sparse="all")
+        np.testing.assert_allclose(predicted, dense, rtol=0, atol=1e-4 * np.abs(dense).max())
+        assert counts["ffn_rows_done"] < 0.8 * counts["ffn_rows_dense"]  # ReLU zeros skipped
 
 
 @pytest.mark.parametrize("arch, act", [("opt", "silu_glu"), ("llama", "relu")])

@@ -112,6 +112,22 @@ def test_host_device_split_equals_the_cpu_exactly(model, share, threads):
     assert split_stats == cpu_stats
 
 
+def test_host_split_of_an_ffn_without_a_gate_equals_the_cpu(tmp_path):
+    """ReluFalcon in PowerInfer's layout, with profiled frequencies: the hot runs of up's rows."""
+    from synthetic import write_profiled_relu_falcon
+
+    m = NativeModel(write_profiled_relu_falcon(tmp_path, "Q8_0", n_ff=2 * RUN))
+    try:
+        budget = int(0.9 * m.device_bytes())
+        assert m.plan(budget).hot_neurons > 0
+        cpu, cpu_stats = run(m, budget=budget)
+        split, split_stats = run(m, device=DEVICE_HOST, budget=budget)
+    finally:
+        m.close()
+    np.testing.assert_array_equal(split, cpu)
+    assert split_stats == cpu_stats and 0 < cpu_stats["ffn_rows_done"] < cpu_stats["ffn_rows_dense"]
+
+
 def test_layout_changes_only_the_order_of_the_sum(model):
     """Hot neurons first in the layout regroups the down sums: float rounding, nothing more."""
     base, base_stats = run(model)

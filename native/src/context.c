@@ -120,9 +120,6 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     if (n_ctx > (1u << 24)) return pi_set_error(PI_ERR_ARG, "n_ctx %u is too large", n_ctx);
     if (m->position_embd.data && n_ctx > (uint32_t)h->n_ctx_train)
         return pi_set_error(PI_ERR_ARG, "n_ctx %u is more than the model's %d learned positions", n_ctx, h->n_ctx_train);
-    if (m->predictors_unused && p.sparse != PI_SPARSE_OFF)
-        return pi_set_error(PI_ERR_UNSUPPORTED, "the sparse FFN needs a gated FFN, and arch '%s' has none: "
-                            "run it dense (sparse off)", m->arch);
     int n_threads = p.n_threads > 0 ? p.n_threads : cpu_count();
     int n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : n_threads;
     int pool_size = n_threads > n_threads_batch ? n_threads : n_threads_batch;

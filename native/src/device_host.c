@@ -19,6 +19,7 @@ static size_t hot_count(int32_t runs, int n_ff) {
 /* w = rows layout[0..n) of src, copied to dst one after another; returns the bytes used */
 static size_t copy_rows(pi_weight *w, const pi_weight *src, const int32_t *layout, size_t n, uint8_t *dst) {
     *w = *src;
+    if (!src->data) return 0; /* an FFN without a gate */
     w->data = dst;
     w->n_out = (int64_t)n;
     for (size_t p = 0; p < n; p++)

@@ -22,6 +22,7 @@ static void add_bias_rows(float *y, const float *b, const int32_t *layout, const
 /* Ask for a run's scattered rows all at once: the kernels prefetch a few rows ahead, which for
  * a dozen rows picked out of a run means waiting on memory for each in turn. */
 static void prefetch_rows(const pi_weight *w, const int32_t *rows, int n) {
+    if (!w->data) return; /* no gate */
     for (int j = 0; j < n; j++) {
         const char *row = (const char *)w->data + (size_t)rows[j] * w->row_bytes;
         for (size_t off = 0; off < w->row_bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
@@ -60,10 +61,15 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
     prefetch_rows(&w->gate, rows, n);
     prefetch_rows(&w->up, rows, n);
     prefetch_rows(&w->down_t, rows, n);
-    k->matmul[w->gate.type](w->gate.data, w->gate.row_bytes, rows, 0, n, job->x, 1, g, n);
-    k->matmul[w->up.type](w->up.data, w->up.row_bytes, rows, 0, n, job->x, 1, u, n);
-    add_bias_rows(g, job->L->ffn_gate_b, job->layout, pos, n);
-    add_bias_rows(u, job->L->ffn_up_b, job->layout, pos, n);
+    if (w->gate.data) {
+        k->matmul[w->gate.type](w->gate.data, w->gate.row_bytes, rows, 0, n, job->x, 1, g, n);
+        k->matmul[w->up.type](w->up.data, w->up.row_bytes, rows, 0, n, job->x, 1, u, n);
+        add_bias_rows(g, job->L->ffn_gate_b, job->layout, pos, n);
+        add_bias_rows(u, job->L->ffn_up_b, job->layout, pos, n);
+    } else { /* no gate (opt, falcon): act(up x) */
+        k->matmul[w->up.type](w->up.data, w->up.row_bytes, rows, 0, n, job->x, 1, g, n);
+        add_bias_rows(g, job->L->ffn_up_b, job->layout, pos, n);
+    }
     pi_activate(c, g, u, (size_t)n);
     memset(acc, 0, (size_t)d * sizeof(float));
     /* the kernel skips ReLU zeros without reading their rows */

@@ -353,18 +353,6 @@ static int bind_down_bias(pi_model *m, pi_layer *L, int il, float **cursor) {
     return bind_vector(m, &L->ffn_down_b, cursor, name, m->info.n_embd, 0);
 }
 
-/* The sparse FFN computes gate and up rows: an FFN without a gate runs dense, its file's
- * predictors (checked like any tensor) left unused; pi_context_new refuses sparse for it. */
-static void drop_ungated_predictors(pi_model *m) {
-    if (!(m->traits & ARCH_UNGATED)) return;
-    for (int il = 0; il < m->info.n_layer; il++) {
-        pi_layer *L = &m->layers[il];
-        if (L->fc1.data) m->predictors_unused = 1;
-        L->fc1.data = L->fc2.data = NULL;
-        L->fc1.n_out = L->fc2.n_out = 0;
-    }
-}
-
 /* phi3's LongRoPE factors rescale the rope by context length: not run here, so refused */
 static int refuse_long_rope(const pi_model *m) {
     const char *names[] = { "rope_factors_long.weight", "rope_factors_short.weight" };
@@ -430,7 +418,6 @@ static int bind_tensors(pi_model *m) {
         L->rope_local = gemma && L->local;
 #undef NAME
     }
-    drop_ungated_predictors(m);
     m->has_predictors = 1;
     for (int il = 0; il < h->n_layer; il++) {
         const pi_layer *L = &m->layers[il];

@@ -58,7 +58,6 @@ struct pi_model {
     float rope_base_local;  /* rope base of the rope_local layers; 0 when none */
     pi_layer *layers;       /* [n_layer] */
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
-    int predictors_unused;  /* the file has predictors that an FFN without a gate cannot use: dense only */
     int32_t max_rank;       /* largest predictor rank over the layers */
     float *vectors;         /* one allocation holding every norm and bias above, as f32 */
     int32_t *orders;        /* one allocation holding every layer's order */

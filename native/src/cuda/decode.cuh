@@ -9,6 +9,7 @@
 
 #include "cuda/ffn_cuda.h"
 #include "cuda/weights.h"
+#include "powerinfer.h"
 #include "quants.h"
 
 struct dev_weight {
@@ -30,6 +31,20 @@ static inline int cuda_fail(cudaError_t e, const char *what, char *err, size_t l
         cudaError_t e_ = (call);                                         \
         if (e_ != cudaSuccess) return cuda_fail(e_, what, err, err_len); \
     } while (0)
+
+// the FFN activation (PI_ACT_*) of a neuron's gate value g and up value u; the plain ones
+// (ReLU, GELU: no gate) take up as g
+static __device__ inline float activate(int act, float g, float u) {
+    const float gelu = 0.5f * g * (1.0f + tanhf(0.7978845608f * g * (1.0f + 0.044715f * g * g)));
+    switch (act) {
+    case PI_ACT_RELU_GLU: return (g > 0.0f ? g : 0.0f) * u;
+    case PI_ACT_RELU_RELU_GLU: return (g > 0.0f ? g : 0.0f) * (u > 0.0f ? u : 0.0f);
+    case PI_ACT_GELU_GLU: return gelu * u;
+    case PI_ACT_RELU: return g > 0.0f ? g : 0.0f;
+    case PI_ACT_GELU: return gelu;
+    default: return g / (1.0f + expf(-g)) * u; // PI_ACT_SILU_GLU
+    }
+}
 
 // dot(row r, x) over the warp; every lane returns the sum
 static __device__ float warp_dot(const dev_weight &w, int64_t r, const float *x) {
@@ -54,6 +69,8 @@ static inline int upload(dev_weight *d, const pi_cuda_weight *w, char *err, size
     d->n_in = w->n_in;
     d->n_rows = w->n_rows;
     d->row_bytes = w->row_bytes;
+    d->data = nullptr;
+    if (!w->host) return 0; // an absent weight (no gate)
     const size_t bytes = (size_t)w->n_rows * w->row_bytes;
     TRY(cudaMalloc(&d->data, bytes ? bytes : 1), "allocating weights");
     TRY(cudaMemcpy(d->data, w->host, bytes, cudaMemcpyHostToDevice), "uploading weights");

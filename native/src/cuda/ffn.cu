@@ -9,7 +9,6 @@
 #include "cuda/decode.cuh"
 #include "cuda/ffn_cuda.h"
 
-enum { ACT_SILU_GLU = 0, ACT_RELU_GLU = 1, ACT_RELU_RELU_GLU = 2 };
 enum { WARPS_PER_BLOCK = 8, DOWN_THREADS = 256 };
 
 struct dev_layer {
@@ -39,7 +38,8 @@ __global__ void k_hidden(dev_weight fc1, const float *x, float *h) {
     if (threadIdx.x % 32 == 0) h[r] = v > 0.0f ? v : 0.0f;
 }
 
-// per hot position: the logit; over the threshold, gate, up and the activation into a, else 0
+// per hot position: the logit; over the threshold, gate (when the FFN has one), up and the
+// activation into a, else 0
 __global__ void k_select(dev_layer L, const float *x, const float *h, float threshold, int act, int run, float *a,
                          int32_t *rows) {
     const int p = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
@@ -49,17 +49,11 @@ __global__ void k_select(dev_layer L, const float *x, const float *h, float thre
         if (lane0) a[p] = 0.0f;
         return;
     }
-    float g = warp_dot(L.gate, p, x), u = warp_dot(L.up, p, x);
+    const float u = warp_dot(L.up, p, x) + (L.up_b ? L.up_b[p] : 0.0f);
+    // without a gate (opt, falcon) the activation takes up
+    const float g = L.gate.data ? warp_dot(L.gate, p, x) + (L.gate_b ? L.gate_b[p] : 0.0f) : u;
     if (!lane0) return;
-    if (L.gate_b) g += L.gate_b[p];
-    if (L.up_b) u += L.up_b[p];
-    float v;
-    switch (act) {
-    case ACT_RELU_GLU: v = (g > 0.0f ? g : 0.0f) * u; break;
-    case ACT_RELU_RELU_GLU: v = (g > 0.0f ? g : 0.0f) * (u > 0.0f ? u : 0.0f); break;
-    default: v = g / (1.0f + expf(-g)) * u;
-    }
-    a[p] = v;
+    a[p] = activate(act, g, u);
     atomicAdd(&rows[p / run], 1);
 }
 
@@ -100,7 +94,7 @@ extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const 
         if (!L->n_hot) continue;
         const pi_cuda_weight *ws[5] = { &src->fc1, &src->fc2, &src->gate, &src->up, &src->down_t };
         for (const pi_cuda_weight *w : ws)
-            if (!device_reads(w))
+            if (w->host && !device_reads(w))
                 return snprintf(err, err_len, "CUDA: layer %d: weight type %u is not supported on the device", il,
                                 w->type), -1;
         L->rank = (int32_t)src->fc1.n_rows;

@@ -10,7 +10,6 @@
 
 #include "cuda/decode.cuh"
 #include "cuda/layers_cuda.h"
-#include "powerinfer.h"
 
 enum { WARPS = 8, THREADS = 256 };
 
@@ -134,21 +133,10 @@ __global__ void k_attention(const float *q, const __half *kc, const __half *vc, 
     }
 }
 
-static __device__ float gelu(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608f * x * (1.0f + 0.044715f * x * x)));
-}
-
 // g = act(g, u) over count values (the gated activations of forward.c's pi_activate)
 __global__ void k_activate(float *g, const float *u, int count, int act) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    const float a = g[i], b = u[i];
-    switch (act) {
-    case PI_ACT_RELU_GLU: g[i] = (a > 0.0f ? a : 0.0f) * b; break;
-    case PI_ACT_RELU_RELU_GLU: g[i] = (a > 0.0f ? a : 0.0f) * (b > 0.0f ? b : 0.0f); break;
-    case PI_ACT_GELU_GLU: g[i] = gelu(a) * b; break;
-    default: g[i] = a / (1.0f + expf(-a)) * b; // PI_ACT_SILU_GLU
-    }
+    if (i < count) g[i] = activate(act, g[i], u[i]);
 }
 
 __global__ void k_add(float *x, const float *delta, int count) {
