@@ -331,6 +331,22 @@ def test_relu_model_uses_its_natural_sparsity(tmp_path):
     assert float(np.mean(freq)) == pytest.approx(1 - natural, abs=0.1)
 
 
+@pytest.mark.parametrize("arch", ["falcon", "opt"])
+def test_an_ffn_without_a_gate_is_profiled_and_runs_sparse(tmp_path, arch):
+    """opt and falcon: the activation profiled is act(up x), and the written file runs the sparse
+    FFN over up's rows (falcon here is llama.cpp's GELU one, opt PowerInfer's ReLU)."""
+    from pypowerinfer import Llama
+
+    # 512 trained positions: opt's learned ones must cover the converter's 256-token chunks
+    src = write_llama_gguf(tmp_path / f"{arch}.gguf", arch=arch, n_ff=256, n_head_kv=4, n_ctx_train=512)
+    out = tmp_path / "p.gguf"
+    add_profile.convert(add_profile.parse_args([str(src), "-o", str(out), *FAST]))
+    with Llama(str(out), n_ctx=64, verbose=False, sparse="all") as llm:
+        llm.eval(list(range(3, 40, 3)))
+        stats = llm._ctx.stats()
+    assert 0 < stats["ffn_rows_done"] < stats["ffn_rows_dense"]
+
+
 # --- choosing the sparsity ----------------------------------------------------------------
 
 @pytest.mark.parametrize("budget, expected", [(2.5, (0.4, 0.95)), (10.0, (0.6, 0.95)), (3.5, (0.5, 0.95)),
