@@ -50,10 +50,12 @@ struct pi_context {
     /* the hot/cold split of vram_budget: runs [0, hot_runs[layer]) of each layer are its hot
      * neurons (placement.h), computed by the device, or by the CPU without one */
     struct pi_device *device;   /* NULL: all on the CPU */
-    /* layer offload (offload.h): layers offload_first.. run on the device, n_layer without it */
+    /* what else runs on the device (offload.h): layers offload_first.. whole (n_layer: none), the
+     * attention of the layers attn_on_device[il] (NULL: none), the logits with offload_output */
     struct pi_cuda_layers *offload;
     int32_t offload_first;
-    int32_t offload_output;     /* the device computes the logits too */
+    uint8_t *attn_on_device;
+    int32_t offload_output;
     int32_t *hot_runs;          /* [n_layer], or NULL without a budget */
     int32_t *layout;            /* [n_layer][n_ff] the neuron at each position (ffn_sparse.h), or NULL */
 

@@ -368,12 +368,53 @@ static void add_positions(pi_context *c, int pos0, int n) {
     }
 }
 
-int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
+/* x += attention_output(attention(norm(x))): q, k, v from the normed stream, rotated, k and v
+ * appended to the cache; the parallel block's FFN (falcon) runs in the middle, while x is still
+ * the layer's input */
+static int attention_block(pi_context *c, const pi_layer *L, int il, int n, int pos0) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;
     const int d = h->n_embd, hd = m->head_dim, q_dim = h->n_head * hd, kv_dim = h->n_head_kv * hd;
-    const int n_ff = h->n_ff, pos0 = c->n_past;
     const int nth = n > 1 ? c->params.n_threads_batch : c->params.n_threads;
+    int rc;
+
+    norm(c, c->x, L->attn_norm, L->attn_norm_b, c->xn, n);
+    pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
+    const mm_target qkv[3] = { { &L->attn_q, c->q }, { &L->attn_k, c->k }, { &L->attn_v, c->v } };
+    matmul(c, a, n, qkv, 3);
+    add_bias(c->q, L->attn_q_b, n, q_dim);
+    add_bias(c->k, L->attn_k_b, n, kv_dim);
+    add_bias(c->v, L->attn_v_b, n, kv_dim);
+    /* parallel block: the FFN reads the layer's input as well and adds to x; attention needs
+     * only q, k, v from here on */
+    if (m->parallel && (rc = ffn_block(c, L, il, n))) return rc;
+    if (L->attn_q_norm) rmsnorm(c, c->q, L->attn_q_norm, c->q, n * h->n_head, hd); /* per head */
+    if (L->attn_k_norm) rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
+    rope(c, c->q, h->n_head, n, L->rope_local);
+    rope(c, c->k, h->n_head_kv, n, L->rope_local);
+    const size_t cache_at = ((size_t)il * c->n_ctx + (size_t)pos0) * kv_dim;
+    c->vec.to_f16(c->k, c->k_cache + cache_at, n * kv_dim);
+    c->vec.to_f16(c->v, c->v_cache + cache_at, n * kv_dim);
+    round_to_f16(c, c->q, n * q_dim); /* llama.cpp multiplies q with the f16 keys in f16 */
+
+    /* softmax(q k^T / sqrt(hd)) v per head over positions 0..pos, into xn */
+    attn_task at = { c, il, n, pos0, L->local, c->xn };
+    pi_threadpool_run(c->pool, attn_worker, &at, nth);
+
+    a = pi_quantize(&c->kern, c->xn, c->xq, n, q_dim);
+    const mm_target o = { &L->attn_output, c->delta };
+    matmul(c, a, n, &o, 1);
+    add_bias(c->delta, L->attn_output_b, n, d);
+    if (L->post_attn_norm) rmsnorm(c, c->delta, L->post_attn_norm, c->delta, n, d);
+    c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
+    return PI_OK;
+}
+
+int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
+    const pi_model *m = c->model;
+    const pi_model_info *h = &m->info;
+    const int d = h->n_embd, n_ff = h->n_ff, pos0 = c->n_past;
+    int rc;
 
     /* x[t] = token_embd[tokens[t]] */
     for (int t = 0; t < n; t++)
@@ -386,45 +427,15 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
 
     for (int il = 0; il < h->n_layer; il++) {
         const pi_layer *L = &m->layers[il];
-        int rc;
         /* layer offload: the device computes this layer and every one after it */
         if (il == c->offload_first) {
-            if ((rc = pi_offload_run(c, n, pos0, logits_mode))) return rc;
+            if ((rc = pi_offload_layers(c, n, pos0))) return rc;
             break;
         }
-
-        /* attention: q, k, v from the normed stream; rotate; append k, v to the cache */
-        norm(c, c->x, L->attn_norm, L->attn_norm_b, c->xn, n);
-        pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
-        const mm_target qkv[3] = { { &L->attn_q, c->q }, { &L->attn_k, c->k }, { &L->attn_v, c->v } };
-        matmul(c, a, n, qkv, 3);
-        add_bias(c->q, L->attn_q_b, n, q_dim);
-        add_bias(c->k, L->attn_k_b, n, kv_dim);
-        add_bias(c->v, L->attn_v_b, n, kv_dim);
-        /* parallel block (falcon): the FFN reads the layer's input as well, so it runs now, while
-         * x still is that input, and adds to x; attention needs only q, k, v from here on */
-        if (m->parallel && (rc = ffn_block(c, L, il, n))) return rc;
-        if (L->attn_q_norm) rmsnorm(c, c->q, L->attn_q_norm, c->q, n * h->n_head, hd); /* per head */
-        if (L->attn_k_norm) rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
-        rope(c, c->q, h->n_head, n, L->rope_local);
-        rope(c, c->k, h->n_head_kv, n, L->rope_local);
-        const size_t cache_at = ((size_t)il * c->n_ctx + (size_t)pos0) * kv_dim;
-        c->vec.to_f16(c->k, c->k_cache + cache_at, n * kv_dim);
-        c->vec.to_f16(c->v, c->v_cache + cache_at, n * kv_dim);
-        round_to_f16(c, c->q, n * q_dim); /* llama.cpp multiplies q with the f16 keys in f16 */
-
-        /* softmax(q k^T / sqrt(hd)) v per head over positions 0..pos, into xn */
-        attn_task at = { c, il, n, pos0, L->local, c->xn };
-        pi_threadpool_run(c->pool, attn_worker, &at, nth);
-
-        /* x += attn_output(attention) */
-        a = pi_quantize(&c->kern, c->xn, c->xq, n, q_dim);
-        const mm_target o = { &L->attn_output, c->delta };
-        matmul(c, a, n, &o, 1);
-        add_bias(c->delta, L->attn_output_b, n, d);
-        if (L->post_attn_norm) rmsnorm(c, c->delta, L->post_attn_norm, c->delta, n, d);
-        c->vec.axpy(1.0f, c->delta, c->x, n * d); /* residual */
-
+        /* attention, on the device where the split's placement put it */
+        if (c->attn_on_device && c->attn_on_device[il]) rc = pi_offload_attention(c, il, n, pos0);
+        else rc = attention_block(c, L, il, n, pos0);
+        if (rc) return rc;
         if (!m->parallel && (rc = ffn_block(c, L, il, n))) return rc;
     }
 
@@ -432,7 +443,9 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     if (c->embd) norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)pos0 * d, n);
 
     /* logits of the last position, or of every position with logits_all */
-    if (logits_mode != PI_LOGITS_NONE && !c->offload_output) {
+    if (logits_mode != PI_LOGITS_NONE && c->offload_output) {
+        if ((rc = pi_offload_logits(c, n, pos0, logits_mode))) return rc;
+    } else if (logits_mode != PI_LOGITS_NONE) {
         const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
         const float *normed = c->out_x;
         if (c->embd) normed = c->embd + (size_t)(pos0 + first) * d; /* the embeddings are these rows */

@@ -1,9 +1,10 @@
-// layers.cu - whole layers on a CUDA device, for layer offload (layers_cuda.h).
+// layers.cu - layers on a CUDA device, whole or their attention alone, and the output matrix
+// (layers_cuda.h).
 //
 // The same block as forward.c's pi_forward, one kernel per step on one stream: RMSNorm, the
 // q/k/v, output and FFN matrices (a warp per row and token, decode.cuh), rope, the f16 KV cache,
 // attention (a thread block per token and head), the activation and the residual adds. Written
-// for clarity first: the layer offload it serves is a baseline to compare against.
+// for clarity first.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,10 +14,11 @@
 
 enum { WARPS = 8, THREADS = 256 };
 
-struct dev_block {
+struct dev_block { // q.data NULL: the layer is not on the device; gate.data NULL: its attention only
     dev_weight q, k, v, o, gate, up, down;
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
     float *q_b, *k_b, *v_b, *o_b, *gate_b, *up_b, *down_b;
+    __half *k_cache, *v_cache; // [n_ctx][kv_dim]
     int local, rope_local;
 };
 
@@ -28,7 +30,6 @@ struct pi_cuda_layers {
     float *x, *xn, *q, *k, *v, *att, *delta, *gate, *up; // [n_batch][...] activations
     float *scores;                                       // [n_batch * n_head][n_ctx]
     float *inv_freq;                                     // [2][n_rot / 2]
-    __half *k_cache, *v_cache;                           // [n_blocks][n_ctx][kv_dim]
     float *host_x;                                       // pinned [n_batch][n_embd]
     dev_weight output;                                   // data NULL: the output is the host's
     float *output_norm, *output_b, *logits;              // logits [n_batch][n_vocab]
@@ -160,8 +161,8 @@ static void add(const pi_cuda_layers *g, float *x, const float *delta, int count
     k_add<<<blocks_for(count), THREADS, 0, g->stream>>>(x, delta, count);
 }
 
-// x += attention(x) and then x += FFN(x) for n tokens at pos0.., as pi_forward's layer loop
-static void layer(pi_cuda_layers *g, int il, int n, int pos0) {
+// x += attention(x) for n tokens at pos0.., as forward.c's attention_block
+static void attention(pi_cuda_layers *g, int il, int n, int pos0) {
     const pi_cuda_shape *s = &g->s;
     const dev_block *L = &g->blocks[il];
     const int d = s->n_embd, hd = s->head_dim, kv_dim = s->n_head_kv * hd, half = s->n_rot / 2;
@@ -178,16 +179,21 @@ static void layer(pi_cuda_layers *g, int il, int n, int pos0) {
         k_rope<<<(unsigned)(n * s->n_head_kv), (unsigned)half, 0, g->stream>>>(g->k, s->n_head_kv, hd, half, pos0, freq,
                                                                                 s->rope_neox);
     }
-    const size_t layer_at = (size_t)il * s->n_ctx * kv_dim;
-    k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->k, g->k_cache + layer_at + (size_t)pos0 * kv_dim, n * kv_dim);
-    k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->v, g->v_cache + layer_at + (size_t)pos0 * kv_dim, n * kv_dim);
-    k_attention<<<(unsigned)(n * s->n_head), 128, 0, g->stream>>>(g->q, g->k_cache + layer_at, g->v_cache + layer_at, g->att,
-                                                                 g->scores, pos0, s->n_head, s->n_head / s->n_head_kv,
-                                                                 hd, kv_dim, L->local ? s->swa_window : 0, s->n_ctx);
+    k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->k, L->k_cache + (size_t)pos0 * kv_dim, n * kv_dim);
+    k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->v, L->v_cache + (size_t)pos0 * kv_dim, n * kv_dim);
+    k_attention<<<(unsigned)(n * s->n_head), 128, 0, g->stream>>>(g->q, L->k_cache, L->v_cache, g->att, g->scores, pos0,
+                                                                 s->n_head, s->n_head / s->n_head_kv, hd, kv_dim,
+                                                                 L->local ? s->swa_window : 0, s->n_ctx);
     matmul(g, L->o, g->att, n, g->delta, L->o_b);
     if (L->post_attn_norm) rmsnorm(g, g->delta, L->post_attn_norm, g->delta, n, d);
     add(g, g->x, g->delta, n * d);
+}
 
+// x += FFN(x), as forward.c's ffn_block dense
+static void ffn(pi_cuda_layers *g, int il, int n) {
+    const pi_cuda_shape *s = &g->s;
+    const dev_block *L = &g->blocks[il];
+    const int d = s->n_embd;
     rmsnorm(g, g->x, L->ffn_norm, g->xn, n, d);
     matmul(g, L->gate, g->xn, n, g->gate, L->gate_b);
     matmul(g, L->up, g->xn, n, g->up, L->up_b);
@@ -203,7 +209,8 @@ static int upload_block(dev_block *L, const pi_cuda_block *b, const pi_cuda_shap
     const pi_cuda_weight *ws[7] = { &b->attn_q, &b->attn_k, &b->attn_v, &b->attn_output, &b->ffn_gate, &b->ffn_up, &b->ffn_down };
     dev_weight *ds[7] = { &L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down };
     for (int i = 0; i < 7; i++) {
-        if (!device_reads(ws[i])) return snprintf(err, err_len, "CUDA: weight type %u is not supported on the device", ws[i]->type), -1;
+        if (ws[i]->host && !device_reads(ws[i]))
+            return snprintf(err, err_len, "CUDA: weight type %u is not supported on the device", ws[i]->type), -1;
         if (upload(ds[i], ws[i], err, err_len)) return -1;
     }
     const int d = s->n_embd, hd = s->head_dim, q_dim = s->n_head * hd, kv_dim = s->n_head_kv * hd;
@@ -218,6 +225,10 @@ static int upload_block(dev_block *L, const pi_cuda_block *b, const pi_cuda_shap
         if (upload_floats(v.dst, v.src, v.n, err, err_len)) return -1;
     L->local = b->local;
     L->rope_local = b->rope_local;
+    if (!L->q.data) return 0; // the host's layer
+    const size_t cache = (size_t)s->n_ctx * kv_dim * sizeof(__half);
+    TRY(cudaMalloc(&L->k_cache, cache), "allocating the KV cache");
+    TRY(cudaMalloc(&L->v_cache, cache), "allocating the KV cache");
     return 0;
 }
 
@@ -246,9 +257,6 @@ extern "C" int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, cons
     };
     for (const auto &b : bufs) TRY(cudaMalloc(b.p, b.n * sizeof(float)), "allocating activations");
     TRY(cudaMemcpy(g->inv_freq, s->inv_freq, (size_t)s->n_rot * sizeof(float), cudaMemcpyHostToDevice), "uploading rope");
-    const size_t cache = (size_t)n_blocks * s->n_ctx * kv_dim;
-    TRY(cudaMalloc(&g->k_cache, (cache ? cache : 1) * sizeof(__half)), "allocating the KV cache");
-    TRY(cudaMalloc(&g->v_cache, (cache ? cache : 1) * sizeof(__half)), "allocating the KV cache");
     TRY(cudaMallocHost(&g->host_x, B * s->n_embd * sizeof(float)), "pinning the residual stream");
     if (s->output.host) {
         if (!device_reads(&s->output))
@@ -261,30 +269,58 @@ extern "C" int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, cons
     return 0;
 }
 
-extern "C" int pi_cuda_layers_run(pi_cuda_layers *g, float *x, int n, int pos0, float *logits, int first, char *err,
-                                  size_t err_len) {
-    const int d = g->s.n_embd;
-    const size_t bytes = (size_t)n * d * sizeof(float);
-    if (n <= 0 || n > g->s.n_batch || pos0 < 0 || pos0 + n > g->s.n_ctx || first < 0 || first >= n)
+// the n tokens' stream onto the device, after checking they fit its buffers
+static int stream_in(pi_cuda_layers *g, const float *x, int n, int pos0, char *err, size_t err_len) {
+    if (n <= 0 || n > g->s.n_batch || pos0 < 0 || pos0 + n > g->s.n_ctx)
         return snprintf(err, err_len, "CUDA layers: %d tokens at %d do not fit the device buffers", n, pos0), -1;
+    const size_t bytes = (size_t)n * g->s.n_embd * sizeof(float);
     memcpy(g->host_x, x, bytes);
     TRY(cudaMemcpyAsync(g->x, g->host_x, bytes, cudaMemcpyHostToDevice, g->stream), "copying the residual stream");
-    for (int il = 0; il < g->n_blocks; il++) layer(g, il, n, pos0);
-    if (logits && g->output.data) { // logits = output(norm(x[first..]))
-        const int rows = n - first;
-        const size_t n_vocab = (size_t)g->output.n_rows;
-        rmsnorm(g, g->x + (size_t)first * d, g->output_norm, g->xn, rows, d);
-        matmul(g, g->output, g->xn, rows, g->logits, g->output_b);
-        TRY(cudaGetLastError(), "launching the layer kernels");
-        TRY(cudaMemcpyAsync(logits, g->logits, (size_t)rows * n_vocab * sizeof(float), cudaMemcpyDeviceToHost, g->stream),
-            "copying the logits back");
-        TRY(cudaStreamSynchronize(g->stream), "running the layers");
-        return 0;
-    }
+    return 0;
+}
+
+// and back, once the stream's work is done
+static int stream_out(pi_cuda_layers *g, float *x, int n, char *err, size_t err_len) {
+    const size_t bytes = (size_t)n * g->s.n_embd * sizeof(float);
     TRY(cudaGetLastError(), "launching the layer kernels");
     TRY(cudaMemcpyAsync(g->host_x, g->x, bytes, cudaMemcpyDeviceToHost, g->stream), "copying the residual stream back");
     TRY(cudaStreamSynchronize(g->stream), "running the layers");
     memcpy(x, g->host_x, bytes);
+    return 0;
+}
+
+extern "C" int pi_cuda_layers_run(pi_cuda_layers *g, float *x, int n, int pos0, int first, char *err, size_t err_len) {
+    for (int il = first; il < g->n_blocks; il++)
+        if (!g->blocks[il].q.data || !g->blocks[il].gate.data)
+            return snprintf(err, err_len, "CUDA layers: layer %d is not on the device whole", il), -1;
+    if (stream_in(g, x, n, pos0, err, err_len)) return -1;
+    for (int il = first; il < g->n_blocks; il++) {
+        attention(g, il, n, pos0);
+        ffn(g, il, n);
+    }
+    return stream_out(g, x, n, err, err_len);
+}
+
+extern "C" int pi_cuda_attention_run(pi_cuda_layers *g, float *x, int n, int pos0, int il, char *err, size_t err_len) {
+    if (il < 0 || il >= g->n_blocks || !g->blocks[il].q.data)
+        return snprintf(err, err_len, "CUDA layers: the attention of layer %d is not on the device", il), -1;
+    if (stream_in(g, x, n, pos0, err, err_len)) return -1;
+    attention(g, il, n, pos0);
+    return stream_out(g, x, n, err, err_len);
+}
+
+extern "C" int pi_cuda_output_run(pi_cuda_layers *g, const float *x, int n, int first, float *logits, char *err,
+                                  size_t err_len) {
+    if (!g->output.data || first < 0 || first >= n)
+        return snprintf(err, err_len, "CUDA layers: no output matrix on the device, or rows %d.. of %d", first, n), -1;
+    if (stream_in(g, x, n, 0, err, err_len)) return -1;
+    const int d = g->s.n_embd, rows = n - first;
+    rmsnorm(g, g->x + (size_t)first * d, g->output_norm, g->xn, rows, d);
+    matmul(g, g->output, g->xn, rows, g->logits, g->output_b);
+    TRY(cudaGetLastError(), "launching the output kernels");
+    TRY(cudaMemcpyAsync(logits, g->logits, (size_t)rows * g->output.n_rows * sizeof(float), cudaMemcpyDeviceToHost,
+                        g->stream), "copying the logits back");
+    TRY(cudaStreamSynchronize(g->stream), "running the output matrix");
     return 0;
 }
 
@@ -294,12 +330,12 @@ extern "C" void pi_cuda_layers_free(pi_cuda_layers *g) {
         dev_block *L = &g->blocks[il];
         void *ps[] = { L->q.data, L->k.data, L->v.data, L->o.data, L->gate.data, L->up.data, L->down.data,
                        L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->post_attn_norm, L->post_ffn_norm,
-                       L->q_b, L->k_b, L->v_b, L->o_b, L->gate_b, L->up_b, L->down_b };
+                       L->q_b, L->k_b, L->v_b, L->o_b, L->gate_b, L->up_b, L->down_b, L->k_cache, L->v_cache };
         for (void *p : ps) cudaFree(p);
     }
     free(g->blocks);
     void *bufs[] = { g->x, g->xn, g->q, g->k, g->v, g->att, g->delta, g->gate, g->up, g->scores, g->inv_freq,
-                     g->k_cache, g->v_cache, g->output.data, g->output_norm, g->output_b, g->logits };
+                     g->output.data, g->output_norm, g->output_b, g->logits };
     for (void *p : bufs) cudaFree(p);
     cudaFreeHost(g->host_x);
     if (g->stream) cudaStreamDestroy(g->stream);

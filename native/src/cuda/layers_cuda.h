@@ -1,11 +1,12 @@
-/* layers_cuda.h - whole transformer layers on a CUDA device: llama.cpp's layer offload
- * (n_gpu_layers), the baseline the hybrid split is compared against. Plain C: offload.c calls it,
- * nvcc compiles layers.cu against it.
+/* layers_cuda.h - transformer layers on a CUDA device, whole or their attention alone, and the
+ * output matrix: llama.cpp's layer offload (n_gpu_layers), and the part of the hybrid split that
+ * every token reads (attention and output, as the placement puts them in VRAM). Plain C:
+ * offload.c calls it, nvcc compiles layers.cu against it.
  *
- * The device holds the last layers' weights (in their GGUF formats), norms and biases, their KV
- * cache in f16, and optionally the output norm and matrix. A run copies the residual stream of n
- * tokens in, computes every offloaded layer on one stream, and copies back the stream, or the
- * logits when the output is on the device. */
+ * The device holds, per layer it was given, that layer's attention weights and KV cache (f16) and
+ * its FFN weights when they came, in their GGUF formats; and the output norm and matrix when they
+ * came. Each call copies the residual stream of n tokens in, computes on one stream, and copies
+ * back the stream, or the logits. */
 #ifndef PI_LAYERS_CUDA_H
 #define PI_LAYERS_CUDA_H
 #include "cuda/ffn_cuda.h"
@@ -14,7 +15,9 @@
 extern "C" {
 #endif
 
-/* One layer of the llama block (with gemma3's extras), each vector [its row count] or NULL. */
+/* One layer of the llama block (with gemma3's extras), each vector [its row count] or NULL. A
+ * weight whose host is NULL stays off the device: no attn_q, the layer is the host's; no FFN
+ * weights, only its attention is the device's. */
 typedef struct {
     pi_cuda_weight attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down;
     const float *attn_norm, *ffn_norm;                     /* required */
@@ -37,14 +40,17 @@ typedef struct {
 
 typedef struct pi_cuda_layers pi_cuda_layers;
 
-/* Upload n_blocks layers. err: a message on failure (an unsupported weight type included). */
+/* Upload blocks[0..n_blocks), one per layer. err: a message on failure (an unsupported weight
+ * type included). */
 int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, const pi_cuda_block *blocks, pi_cuda_layers **out,
                        char *err, size_t err_len);
-/* x [n][n_embd] on the host, in and out: the tokens at positions pos0.. through every layer.
- * With the output on the device and logits not NULL, the logits of rows first.. instead:
- * logits [n - first][n_vocab] (x is then left as it came). */
-int pi_cuda_layers_run(pi_cuda_layers *g, float *x, int n, int pos0, float *logits, int first, char *err,
-                       size_t err_len);
+/* x [n][n_embd] on the host, in and out: the n tokens at positions pos0.. through layers
+ * first..n_blocks - 1, whole. */
+int pi_cuda_layers_run(pi_cuda_layers *g, float *x, int n, int pos0, int first, char *err, size_t err_len);
+/* x += attention(x) of layer il for the n tokens at pos0.. (x on the host, in and out). */
+int pi_cuda_attention_run(pi_cuda_layers *g, float *x, int n, int pos0, int il, char *err, size_t err_len);
+/* logits [n - first][n_vocab] = output(norm(x[first..n))), x [n][n_embd] on the host. */
+int pi_cuda_output_run(pi_cuda_layers *g, const float *x, int n, int first, float *logits, char *err, size_t err_len);
 void pi_cuda_layers_free(pi_cuda_layers *g);
 
 #ifdef __cplusplus
