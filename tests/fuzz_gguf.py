@@ -3,7 +3,8 @@ cleanly), never a crash or a hang; tokenizing arbitrary text must round-trip.
 
     python tests/fuzz_gguf.py [--count 10000] [--seed 0] [--workdir DIR]
 
-Mutations of a small synthetic model (and of a PWRI-magic copy), weighted toward the header:
+Mutations of small synthetic models (llama, a PWRI-magic copy of it, and phi3, opt and falcon,
+whose loaders bind fused tensors and learned positions), weighted toward the header:
 truncation at a random byte; random bytes flipped; a count, dimension, type, offset, string
 length or array length of a known field overwritten with an edge value (0, 1, -1, 2^31, 2^32,
 2^63, ...); a random run of bytes zeroed or duplicated. Every file is loaded with the native
@@ -118,16 +119,20 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="fuzz-gguf-"))
     work.mkdir(parents=True, exist_ok=True)
-    good = write_llama_gguf(work / "good.gguf", n_layer=1)
-    base = Path(good).read_bytes()
-    spots = field_positions(good)
-    pwri = b"PWRI" + base[4:]
+    bases = []  # (bytes, the header fields to mutate) of each model mutated in turn
+    for arch in ("llama", "phi3", "opt", "falcon"):
+        good = write_llama_gguf(work / f"good-{arch}.gguf", n_layer=1, arch=arch,
+                                **({"n_head_kv": 4} if arch == "opt" else {}))
+        bases.append((Path(good).read_bytes(), field_positions(good)))
+        if arch == "llama":
+            bases.append((b"PWRI" + bases[0][0][4:], bases[0][1]))
     tally: Counter = Counter()
     unexpected = []
     t0 = time.perf_counter()
     target = work / "case.gguf"
     for i in range(args.count):
-        kind, data = mutate(pwri if i % 5 == 4 else base, spots, rng)
+        base, spots = bases[i % len(bases)]
+        kind, data = mutate(base, spots, rng)
         target.write_bytes(data)
         try:
             outcome = load_one(str(target))

@@ -65,13 +65,14 @@ def offload_logits(path, n_gpu_layers, n_batch=32):
         model.close()
 
 
-@pytest.mark.parametrize("n_batch", [32, 5, 1])
-@pytest.mark.parametrize("n_gpu_layers", [1, 3, -1])  # of 3 layers: -1 takes the output matrix as well
-@pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
+# of 3 layers: 1, all, and all with the output matrix (-1); in prompts of 32, 5 and 1 tokens
+@pytest.mark.parametrize("n_gpu_layers, n_batch", [(1, 32), (3, 5), (-1, 32), (-1, 1)])
+@pytest.mark.parametrize("weight_type", [*WEIGHT_TYPES, "Q4_K", "Q6_K"])
 def test_layer_offload_matches_the_cpu(weight_type, n_gpu_layers, n_batch, tmp_path):
     from synthetic import write_llama_gguf
 
-    path = write_llama_gguf(tmp_path / "m.gguf", weight_type=weight_type, n_layer=3, biases=True)
+    k_rows = dict(n_embd=256, n_ff=512) if weight_type.endswith("_K") else {}  # K-quant rows are 256 long
+    path = write_llama_gguf(tmp_path / "m.gguf", weight_type=weight_type, n_layer=3, biases=True, **k_rows)
     cpu, gpu = offload_logits(path, 0, n_batch), offload_logits(path, n_gpu_layers, n_batch)
     tol = TOLERANCE.get(weight_type, 5e-2)
     assert float(np.abs(gpu - cpu).max()) <= tol * float(np.abs(cpu).max()), weight_type
