@@ -165,6 +165,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->rope_cs = malloc((s.rope + 1) * sizeof(float)); /* + 1: no rope (opt) has none */
     c->inv_freq = malloc((s.inv_freq + 1) * sizeof(float));
     c->att = malloc(s.att * sizeof(float));
+    c->ops = malloc((size_t)(h->n_layer > 0 ? h->n_layer : 1) * sizeof *c->ops);
     c->out_x = malloc(s.out_x * sizeof(float));
     c->delta = malloc(s.out_x * sizeof(float));
     c->out_q.q = malloc(s.out_q * sizeof(block_q8x));
@@ -184,7 +185,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || !c->xq.k || !c->q || !c->k || !c->v || !c->gate ||
         !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q || !c->out_q.k ||
         !c->logits || !c->pred_h || !c->pred_hq.q || !c->pred_hq.k || !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows ||
-        !c->down_acc || (s.embd && !c->embd)) {
+        !c->down_acc || !c->ops || (s.embd && !c->embd)) {
         pi_context_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
     }
@@ -196,6 +197,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
         c->inv_freq[i] = (float)f;
         c->inv_freq[h->n_rot / 2 + i] = m->rope_base_local > 0.0f ? (float)pow((double)m->rope_base_local, -2.0 * i / h->n_rot) : (float)f;
     }
+    pi_forward_cpu_ops(c); /* until the device takes some steps over */
     int rc = pi_threadpool_new(pool_size, &c->pool);
     if (!rc) rc = start_split(c);
     if (!rc) rc = pi_offload_new(c);
@@ -215,7 +217,7 @@ PI_API void pi_context_free(pi_context *c) {
     free(c->out_x); free(c->delta); free(c->out_q.q); free(c->out_q.k); free(c->logits);
     free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
     free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
-    free(c->run_rows); free(c->down_acc); free(c->embd);
+    free(c->run_rows); free(c->down_acc); free(c->embd); free(c->ops);
     if (c->device) c->device->ops->free(c->device);
     pi_offload_free(c);
     free(c->hot_runs);

@@ -7,6 +7,12 @@
 #include "threadpool.h"
 #include "vec.h"
 
+/* One layer's two steps for n tokens at pos0..: x += attention(x), x += FFN(x). */
+typedef struct {
+    int (*attention)(pi_context *c, int il, int n, int pos0);
+    int (*ffn)(pi_context *c, int il, int n);
+} pi_layer_ops;
+
 struct pi_context {
     pi_model *model;            /* borrowed */
     pi_context_params params;
@@ -50,14 +56,17 @@ struct pi_context {
     /* the hot/cold split of vram_budget: runs [0, hot_runs[layer]) of each layer are its hot
      * neurons (placement.h), computed by the device, or by the CPU without one */
     struct pi_device *device;   /* NULL: all on the CPU */
-    /* what else runs on the device (offload.h): layers offload_first.. whole (n_layer: none), the
-     * attention of the layers attn_on_device[il] (NULL: none), the logits with offload_output */
-    struct pi_cuda_layers *offload;
-    int32_t offload_first;
-    uint8_t *attn_on_device;
-    int32_t offload_output;
     int32_t *hot_runs;          /* [n_layer], or NULL without a budget */
     int32_t *layout;            /* [n_layer][n_ff] the neuron at each position (ffn_sparse.h), or NULL */
+
+    /* Where each layer's attention and FFN run, and the logits: the CPU's steps (forward.c) unless
+     * offload.h put them on the device (layer offload, or the split's placed attention and
+     * output), which holds them in `offload`. The residual stream's current copy is the device's
+     * while x_on_device; each step brings it where it runs. */
+    pi_layer_ops *ops;          /* [n_layer] */
+    int (*logits_op)(pi_context *c, int n, int pos0, int logits_mode);
+    struct pi_cuda_layers *offload;
+    int32_t x_on_device;
 
     /* profiling capture (caller's buffers, see pi_context_set_capture) */
     float *capture_ffn_in, *capture_act;
@@ -70,5 +79,7 @@ enum { PI_LOGITS_NONE = 0, PI_LOGITS_LAST = 1, PI_LOGITS_ALL = 2 };
 /* Run the transformer on tokens[0..n) at positions ctx->n_past.. (n <= n_batch), appending
  * their keys and values to the cache and writing the logits that logits_mode asks for. */
 int pi_forward(pi_context *ctx, const int32_t *tokens, int n, int logits_mode);
+/* Every layer's steps and the logits on the CPU: ops[] and logits_op as a context starts. */
+void pi_forward_cpu_ops(pi_context *c);
 
 #endif

@@ -333,7 +333,7 @@ static int use_sparse(const pi_context *c, const pi_layer *L, int n) {
     return c->params.sparse == PI_SPARSE_ALL || (c->params.sparse == PI_SPARSE_DECODE && n == 1);
 }
 
-/* ---- the forward pass ---- */
+/* ---- a layer's two blocks ---- */
 
 /* x += down(act(gate(xn), up(xn))) with xn the FFN's normed input, over the predicted neurons
  * when sparse */
@@ -410,51 +410,74 @@ static int attention_block(pi_context *c, const pi_layer *L, int il, int n, int 
     return PI_OK;
 }
 
+/* ---- the CPU's steps (pi_layer_ops), each first bringing the stream to the host ---- */
+
+static int cpu_attention(pi_context *c, int il, int n, int pos0) {
+    const int rc = pi_x_to_host(c, n);
+    return rc ? rc : attention_block(c, &c->model->layers[il], il, n, pos0);
+}
+
+static int cpu_ffn(pi_context *c, int il, int n) {
+    const int rc = pi_x_to_host(c, n);
+    return rc ? rc : ffn_block(c, &c->model->layers[il], il, n);
+}
+
+/* the parallel block's FFN ran inside its attention step */
+static int ffn_in_attention(pi_context *c, int il, int n) {
+    (void)c, (void)il, (void)n;
+    return PI_OK;
+}
+
+/* logits of the last position, or of every position with logits_all */
+static int cpu_logits(pi_context *c, int n, int pos0, int logits_mode) {
+    const pi_model *m = c->model;
+    const int d = m->info.n_embd, first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
+    const int rc = pi_x_to_host(c, n);
+    if (rc) return rc;
+    const float *normed = c->out_x;
+    if (c->embd) normed = c->embd + (size_t)(c->n_past + first) * d; /* the embeddings are these rows */
+    else norm(c, c->x + (size_t)first * d, m->output_norm, m->output_norm_b, c->out_x, n_out);
+    pi_act a = pi_quantize(&c->kern, normed, c->out_q, n_out, d);
+    const mm_target out = { &m->output, c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * m->info.n_vocab : 0) };
+    matmul(c, a, n_out, &out, 1);
+    add_bias(out.Y, m->output_b, n_out, m->info.n_vocab);
+    return PI_OK;
+}
+
+void pi_forward_cpu_ops(pi_context *c) {
+    for (int il = 0; il < c->model->info.n_layer; il++)
+        c->ops[il] = (pi_layer_ops){ cpu_attention, c->model->parallel ? ffn_in_attention : cpu_ffn };
+    c->logits_op = cpu_logits;
+}
+
+/* ---- the forward pass ---- */
+
 int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;
     const int d = h->n_embd, n_ff = h->n_ff, pos0 = c->n_past;
     int rc;
 
-    /* x[t] = token_embd[tokens[t]] */
+    /* x[t] = token_embd[tokens[t]], on the host */
     for (int t = 0; t < n; t++)
         c->kern.dequant[m->token_embd.type](m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes,
                                             c->x + (size_t)t * d, d);
+    c->x_on_device = 0;
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
     if (m->position_embd.data) add_positions(c, pos0, n);
     rope_table(c, pos0, n);
 
-    for (int il = 0; il < h->n_layer; il++) {
-        const pi_layer *L = &m->layers[il];
-        /* layer offload: the device computes this layer and every one after it */
-        if (il == c->offload_first) {
-            if ((rc = pi_offload_layers(c, n, pos0))) return rc;
-            break;
-        }
-        /* attention, on the device where the split's placement put it */
-        if (c->attn_on_device && c->attn_on_device[il]) rc = pi_offload_attention(c, il, n, pos0);
-        else rc = attention_block(c, L, il, n, pos0);
-        if (rc) return rc;
-        if (!m->parallel && (rc = ffn_block(c, L, il, n))) return rc;
-    }
+    /* each layer's attention and FFN, where the context placed them */
+    for (int il = 0; il < h->n_layer; il++)
+        if ((rc = c->ops[il].attention(c, il, n, pos0)) || (rc = c->ops[il].ffn(c, il, n))) return rc;
 
     /* embeddings: every position's final normed hidden state */
-    if (c->embd) norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)pos0 * d, n);
-
-    /* logits of the last position, or of every position with logits_all */
-    if (logits_mode != PI_LOGITS_NONE && c->offload_output) {
-        if ((rc = pi_offload_logits(c, n, pos0, logits_mode))) return rc;
-    } else if (logits_mode != PI_LOGITS_NONE) {
-        const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
-        const float *normed = c->out_x;
-        if (c->embd) normed = c->embd + (size_t)(pos0 + first) * d; /* the embeddings are these rows */
-        else norm(c, c->x + (size_t)first * d, m->output_norm, m->output_norm_b, c->out_x, n_out);
-        pi_act a = pi_quantize(&c->kern, normed, c->out_q, n_out, d);
-        const mm_target out = { &m->output, c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * h->n_vocab : 0) };
-        matmul(c, a, n_out, &out, 1);
-        add_bias(out.Y, m->output_b, n_out, h->n_vocab);
+    if (c->embd) {
+        if ((rc = pi_x_to_host(c, n))) return rc;
+        norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)pos0 * d, n);
     }
+    if (logits_mode != PI_LOGITS_NONE && (rc = c->logits_op(c, n, pos0, logits_mode))) return rc;
     c->n_past = pos0 + n;
     c->stats.tokens += n;
     c->stats.ffn_rows_dense += (int64_t)n * n_ff * h->n_layer;

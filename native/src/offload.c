@@ -35,8 +35,55 @@ static pi_cuda_block block_of(const pi_layer *L, int whole) {
     return b;
 }
 
+/* ---- the device's steps (pi_layer_ops) ---- */
+
+static int cuda_error(const char *err) { return pi_set_error(PI_ERR_UNSUPPORTED, "%s", err); }
+
+/* the stream of the step's n tokens onto the device, if the host holds it */
+static int x_to_device(pi_context *c, int n) {
+    char err[256];
+    if (c->x_on_device) return PI_OK;
+    if (pi_cuda_x_in(c->offload, c->x, n, err, sizeof err)) return cuda_error(err);
+    c->x_on_device = 1;
+    return PI_OK;
+}
+
+int pi_x_to_host(pi_context *c, int n) {
+    char err[256];
+    if (!c->x_on_device) return PI_OK;
+    if (pi_cuda_x_out(c->offload, c->x, n, err, sizeof err)) return cuda_error(err);
+    c->x_on_device = 0;
+    return PI_OK;
+}
+
+static int device_attention(pi_context *c, int il, int n, int pos0) {
+    char err[256];
+    int rc = x_to_device(c, n);
+    if (!rc && pi_cuda_layer_attention(c->offload, il, n, pos0, err, sizeof err)) rc = cuda_error(err);
+    return rc;
+}
+
+static int device_ffn(pi_context *c, int il, int n) {
+    char err[256];
+    int rc = x_to_device(c, n);
+    if (!rc && pi_cuda_layer_ffn(c->offload, il, n, err, sizeof err)) rc = cuda_error(err);
+    if (!rc) c->stats.ffn_rows_done += (int64_t)n * c->model->info.n_ff;
+    return rc;
+}
+
+static int device_logits(pi_context *c, int n, int pos0, int logits_mode) {
+    char err[256];
+    const int all = logits_mode == PI_LOGITS_ALL;
+    float *logits = c->logits + (all ? (size_t)pos0 * c->model->info.n_vocab : 0);
+    int rc = x_to_device(c, n);
+    if (!rc && pi_cuda_logits(c->offload, n, all ? 0 : n - 1, logits, err, sizeof err)) rc = cuda_error(err);
+    return rc;
+}
+
+/* ---- what goes on the device ---- */
+
 /* Upload, per layer: whole from `first_whole` on, its attention where attn[il], else nothing;
- * and the output matrix with `output`. */
+ * and the output matrix with `output`. Then point those steps at the device. */
 static int upload_parts(pi_context *c, int first_whole, const uint8_t *attn, int output) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;
@@ -59,16 +106,19 @@ static int upload_parts(pi_context *c, int first_whole, const uint8_t *attn, int
     }
     char err[256];
     pi_cuda_layers *g = NULL;
-    int rc = PI_OK;
-    if (pi_cuda_layers_new(&shape, n_layer, blocks, &g, err, sizeof err)) {
-        pi_cuda_layers_free(g);
-        rc = pi_set_error(PI_ERR_UNSUPPORTED, "%s", err);
-    } else {
-        c->offload = g;
-        c->offload_output = output;
-    }
+    const int failed = pi_cuda_layers_new(&shape, n_layer, blocks, &g, err, sizeof err);
     free(blocks);
-    return rc;
+    if (failed) {
+        pi_cuda_layers_free(g);
+        return cuda_error(err);
+    }
+    c->offload = g;
+    for (int il = 0; il < n_layer; il++) {
+        if (il >= first_whole || (attn && attn[il])) c->ops[il].attention = device_attention;
+        if (il >= first_whole) c->ops[il].ffn = device_ffn;
+    }
+    if (output) c->logits_op = device_logits;
+    return PI_OK;
 }
 
 static int layer_offload(pi_context *c, int first) {
@@ -83,53 +133,26 @@ static int layer_offload(pi_context *c, int first) {
     /* the output too when every layer is offloaded and more asked (llama.cpp's n_layer + 1),
      * unless the host needs the final hidden states for embeddings */
     const int asked = c->params.n_gpu_layers;
-    const int output = first == 0 && (asked < 0 || asked > n_layer) && !c->embd;
-    int rc = upload_parts(c, first, NULL, output);
-    if (!rc) c->offload_first = first;
-    return rc;
+    return upload_parts(c, first, NULL, first == 0 && (asked < 0 || asked > n_layer) && !c->embd);
 }
 
 int pi_offload_fixed(pi_context *c, const pi_layer_placement *plan, const pi_placement_totals *totals) {
     const pi_model *m = c->model;
     const int n_layer = m->info.n_layer;
     if (!device_runs_the_block(m)) return PI_OK;
-    c->attn_on_device = calloc((size_t)(n_layer > 0 ? n_layer : 1), 1);
-    if (!c->attn_on_device) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
-    int any = totals->output_on_device && !c->embd;
-    for (int il = 0; il < n_layer; il++) any |= c->attn_on_device[il] = plan[il].fixed_on_device != 0;
-    if (!any) return PI_OK;
-    return upload_parts(c, n_layer, c->attn_on_device, totals->output_on_device && !c->embd);
-}
-
-int pi_offload_layers(pi_context *c, int n, int pos0) {
-    char err[256];
-    if (pi_cuda_layers_run(c->offload, c->x, n, pos0, c->offload_first, err, sizeof err))
-        return pi_set_error(PI_ERR_UNSUPPORTED, "%s", err);
-    c->stats.ffn_rows_done += (int64_t)n * c->model->info.n_ff * (c->model->info.n_layer - c->offload_first);
-    return PI_OK;
-}
-
-int pi_offload_attention(pi_context *c, int il, int n, int pos0) {
-    char err[256];
-    if (pi_cuda_attention_run(c->offload, c->x, n, pos0, il, err, sizeof err))
-        return pi_set_error(PI_ERR_UNSUPPORTED, "%s", err);
-    return PI_OK;
-}
-
-int pi_offload_logits(pi_context *c, int n, int pos0, int logits_mode) {
-    char err[256];
-    const int all = logits_mode == PI_LOGITS_ALL;
-    float *logits = c->logits + (all ? (size_t)pos0 * c->model->info.n_vocab : 0);
-    if (pi_cuda_output_run(c->offload, c->x, n, all ? 0 : n - 1, logits, err, sizeof err))
-        return pi_set_error(PI_ERR_UNSUPPORTED, "%s", err);
-    return PI_OK;
+    uint8_t *attn = calloc((size_t)(n_layer > 0 ? n_layer : 1), 1);
+    if (!attn) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
+    const int output = totals->output_on_device && !c->embd;
+    int any = output;
+    for (int il = 0; il < n_layer; il++) any |= attn[il] = plan[il].fixed_on_device != 0;
+    const int rc = any ? upload_parts(c, n_layer, attn, output) : PI_OK;
+    free(attn);
+    return rc;
 }
 
 void pi_offload_free(pi_context *c) {
     pi_cuda_layers_free(c->offload);
     c->offload = NULL;
-    free(c->attn_on_device);
-    c->attn_on_device = NULL;
 }
 
 #else
@@ -148,21 +171,11 @@ int pi_offload_fixed(pi_context *c, const pi_layer_placement *plan, const pi_pla
     return PI_OK;
 }
 
-static int unavailable(void) { return pi_set_error(PI_ERR_UNSUPPORTED, "this build has no CUDA"); }
-
-int pi_offload_layers(pi_context *c, int n, int pos0) {
-    (void)c, (void)n, (void)pos0;
-    return unavailable();
-}
-
-int pi_offload_attention(pi_context *c, int il, int n, int pos0) {
-    (void)c, (void)il, (void)n, (void)pos0;
-    return unavailable();
-}
-
-int pi_offload_logits(pi_context *c, int n, int pos0, int logits_mode) {
-    (void)c, (void)n, (void)pos0, (void)logits_mode;
-    return unavailable();
+/* without CUDA the stream never leaves the host */
+int pi_x_to_host(pi_context *c, int n) {
+    (void)c;
+    (void)n;
+    return PI_OK;
 }
 
 void pi_offload_free(pi_context *c) { (void)c; }
@@ -171,7 +184,6 @@ void pi_offload_free(pi_context *c) { (void)c; }
 
 int pi_offload_new(pi_context *c) {
     const int n_layer = c->model->info.n_layer, asked = c->params.n_gpu_layers;
-    c->offload_first = n_layer;
     if (asked == 0) return PI_OK;
     if (c->params.vram_budget > 0)
         return pi_set_error(PI_ERR_ARG, "n_gpu_layers and vram_budget are two ways to use the device: choose one");

@@ -269,18 +269,17 @@ extern "C" int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, cons
     return 0;
 }
 
-// the n tokens' stream onto the device, after checking they fit its buffers
-static int stream_in(pi_cuda_layers *g, const float *x, int n, int pos0, char *err, size_t err_len) {
-    if (n <= 0 || n > g->s.n_batch || pos0 < 0 || pos0 + n > g->s.n_ctx)
-        return snprintf(err, err_len, "CUDA layers: %d tokens at %d do not fit the device buffers", n, pos0), -1;
+extern "C" int pi_cuda_x_in(pi_cuda_layers *g, const float *x, int n, char *err, size_t err_len) {
+    if (n <= 0 || n > g->s.n_batch)
+        return snprintf(err, err_len, "CUDA layers: %d tokens do not fit the device buffers", n), -1;
     const size_t bytes = (size_t)n * g->s.n_embd * sizeof(float);
+    TRY(cudaStreamSynchronize(g->stream), "waiting for the device"); // host_x may still be in flight
     memcpy(g->host_x, x, bytes);
     TRY(cudaMemcpyAsync(g->x, g->host_x, bytes, cudaMemcpyHostToDevice, g->stream), "copying the residual stream");
     return 0;
 }
 
-// and back, once the stream's work is done
-static int stream_out(pi_cuda_layers *g, float *x, int n, char *err, size_t err_len) {
+extern "C" int pi_cuda_x_out(pi_cuda_layers *g, float *x, int n, char *err, size_t err_len) {
     const size_t bytes = (size_t)n * g->s.n_embd * sizeof(float);
     TRY(cudaGetLastError(), "launching the layer kernels");
     TRY(cudaMemcpyAsync(g->host_x, g->x, bytes, cudaMemcpyDeviceToHost, g->stream), "copying the residual stream back");
@@ -289,31 +288,32 @@ static int stream_out(pi_cuda_layers *g, float *x, int n, char *err, size_t err_
     return 0;
 }
 
-extern "C" int pi_cuda_layers_run(pi_cuda_layers *g, float *x, int n, int pos0, int first, char *err, size_t err_len) {
-    for (int il = first; il < g->n_blocks; il++)
-        if (!g->blocks[il].q.data || !g->blocks[il].gate.data)
-            return snprintf(err, err_len, "CUDA layers: layer %d is not on the device whole", il), -1;
-    if (stream_in(g, x, n, pos0, err, err_len)) return -1;
-    for (int il = first; il < g->n_blocks; il++) {
-        attention(g, il, n, pos0);
-        ffn(g, il, n);
-    }
-    return stream_out(g, x, n, err, err_len);
+// layer il holds what a step needs: its attention, and with ffn its FFN; the tokens fit
+static int check_step(const pi_cuda_layers *g, int il, int n, int pos0, int ffn, char *err, size_t err_len) {
+    if (il < 0 || il >= g->n_blocks || !g->blocks[il].q.data || (ffn && !g->blocks[il].gate.data))
+        return snprintf(err, err_len, "CUDA layers: the %s of layer %d is not on the device", ffn ? "FFN" : "attention", il), -1;
+    if (n <= 0 || n > g->s.n_batch || pos0 < 0 || pos0 + n > g->s.n_ctx)
+        return snprintf(err, err_len, "CUDA layers: %d tokens at %d do not fit the device buffers", n, pos0), -1;
+    return 0;
 }
 
-extern "C" int pi_cuda_attention_run(pi_cuda_layers *g, float *x, int n, int pos0, int il, char *err, size_t err_len) {
-    if (il < 0 || il >= g->n_blocks || !g->blocks[il].q.data)
-        return snprintf(err, err_len, "CUDA layers: the attention of layer %d is not on the device", il), -1;
-    if (stream_in(g, x, n, pos0, err, err_len)) return -1;
+extern "C" int pi_cuda_layer_attention(pi_cuda_layers *g, int il, int n, int pos0, char *err, size_t err_len) {
+    if (check_step(g, il, n, pos0, 0, err, err_len)) return -1;
     attention(g, il, n, pos0);
-    return stream_out(g, x, n, err, err_len);
+    TRY(cudaGetLastError(), "launching the attention kernels");
+    return 0;
 }
 
-extern "C" int pi_cuda_output_run(pi_cuda_layers *g, const float *x, int n, int first, float *logits, char *err,
-                                  size_t err_len) {
-    if (!g->output.data || first < 0 || first >= n)
+extern "C" int pi_cuda_layer_ffn(pi_cuda_layers *g, int il, int n, char *err, size_t err_len) {
+    if (check_step(g, il, n, 0, 1, err, err_len)) return -1;
+    ffn(g, il, n);
+    TRY(cudaGetLastError(), "launching the FFN kernels");
+    return 0;
+}
+
+extern "C" int pi_cuda_logits(pi_cuda_layers *g, int n, int first, float *logits, char *err, size_t err_len) {
+    if (!g->output.data || first < 0 || first >= n || n > g->s.n_batch)
         return snprintf(err, err_len, "CUDA layers: no output matrix on the device, or rows %d.. of %d", first, n), -1;
-    if (stream_in(g, x, n, 0, err, err_len)) return -1;
     const int d = g->s.n_embd, rows = n - first;
     rmsnorm(g, g->x + (size_t)first * d, g->output_norm, g->xn, rows, d);
     matmul(g, g->output, g->xn, rows, g->logits, g->output_b);

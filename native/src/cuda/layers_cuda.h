@@ -5,8 +5,8 @@
  *
  * The device holds, per layer it was given, that layer's attention weights and KV cache (f16) and
  * its FFN weights when they came, in their GGUF formats; and the output norm and matrix when they
- * came. Each call copies the residual stream of n tokens in, computes on one stream, and copies
- * back the stream, or the logits. */
+ * came. The residual stream of a step's n tokens is copied in once, stays on the device across
+ * the steps queued on its stream, and is copied out when the host needs it. */
 #ifndef PI_LAYERS_CUDA_H
 #define PI_LAYERS_CUDA_H
 #include "cuda/ffn_cuda.h"
@@ -44,13 +44,14 @@ typedef struct pi_cuda_layers pi_cuda_layers;
  * type included). */
 int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, const pi_cuda_block *blocks, pi_cuda_layers **out,
                        char *err, size_t err_len);
-/* x [n][n_embd] on the host, in and out: the n tokens at positions pos0.. through layers
- * first..n_blocks - 1, whole. */
-int pi_cuda_layers_run(pi_cuda_layers *g, float *x, int n, int pos0, int first, char *err, size_t err_len);
-/* x += attention(x) of layer il for the n tokens at pos0.. (x on the host, in and out). */
-int pi_cuda_attention_run(pi_cuda_layers *g, float *x, int n, int pos0, int il, char *err, size_t err_len);
-/* logits [n - first][n_vocab] = output(norm(x[first..n))), x [n][n_embd] on the host. */
-int pi_cuda_output_run(pi_cuda_layers *g, const float *x, int n, int first, float *logits, char *err, size_t err_len);
+/* The stream x [n][n_embd] onto the device, and back (which waits for the queued work). */
+int pi_cuda_x_in(pi_cuda_layers *g, const float *x, int n, char *err, size_t err_len);
+int pi_cuda_x_out(pi_cuda_layers *g, float *x, int n, char *err, size_t err_len);
+/* Queue x += attention(x) of layer il for the n tokens at pos0.., or x += FFN(x). */
+int pi_cuda_layer_attention(pi_cuda_layers *g, int il, int n, int pos0, char *err, size_t err_len);
+int pi_cuda_layer_ffn(pi_cuda_layers *g, int il, int n, char *err, size_t err_len);
+/* logits [n - first][n_vocab] = output(norm(x[first..n))), on the host when it returns. */
+int pi_cuda_logits(pi_cuda_layers *g, int n, int first, float *logits, char *err, size_t err_len);
 void pi_cuda_layers_free(pi_cuda_layers *g);
 
 #ifdef __cplusplus
