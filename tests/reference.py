@@ -90,6 +90,10 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndar
     return y if b is None else y + b
 
 
+def softcap(z: np.ndarray, cap: float) -> np.ndarray:
+    return cap * np.tanh(z / cap) if cap else z
+
+
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
@@ -122,6 +126,10 @@ class ReferenceModel:
         self.freq_scale = self._rope_freq_scale()
         # Mistral-style llama: each position sees itself and the window - 1 before it (0: no window)
         self.window = self._hp("attention.sliding_window", 0) if arch == "llama" else 0
+        # soft-capping (Gemma 2's keys; any arch here): cap * tanh(z / cap) of the attention
+        # scores and of the final logits, when the metadata gives a cap
+        self.attn_softcap = self._hp("attn_logit_softcapping", 0.0)
+        self.final_softcap = self._hp("final_logit_softcapping", 0.0)
 
         tensors = {t.name: t for t in reader.tensors}
 
@@ -220,6 +228,7 @@ class ReferenceModel:
         group = self.n_head // self.n_head_kv
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
         scores = np.einsum("qhd,khd->hqk", q, k, dtype=np.float64) / np.sqrt(hd)  # [H, T, T]
+        scores = softcap(scores, self.attn_softcap)
         scores[:, self._masked(T)] = -np.inf
         out = np.einsum("hqk,khd->qhd", softmax(scores), v.astype(np.float64)).astype(np.float32)
         return linear(out.reshape(T, self.n_head * hd), layer.attn_output, layer.attn_output_b)
@@ -253,6 +262,7 @@ class ReferenceModel:
             if capture:
                 captured.append({"ffn_in": f, "act": a})
         logits = linear(self._norm(x, self.output_norm, self.output_norm_b), self.output, self.output_b)
+        logits = softcap(logits, self.final_softcap)
         return (logits, captured) if capture else logits
 
     def logits(self, tokens) -> np.ndarray:

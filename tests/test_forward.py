@@ -101,7 +101,10 @@ def test_synthetic_model_matches_numpy_reference(weight_type, tmp_path):
 
 @pytest.mark.parametrize("variant", [dict(output_type="Q8_0"), dict(biases=True), dict(n_head_kv=4),
                                      dict(arch="qwen2", biases=True),  # NeoX rope and q/k/v biases
-                                     dict(rope_freq_base=500000.0)])
+                                     dict(rope_freq_base=500000.0),
+                                     # Gemma 2's soft-capping, small caps so that it bites on random weights
+                                     dict(extra_kv={"llama.attn_logit_softcapping": 0.5,
+                                                    "llama.final_logit_softcapping": 3.0})])
 def test_synthetic_shapes_match_numpy_reference(variant, tmp_path):
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **variant)
     tokens = list(range(3, 40, 3))

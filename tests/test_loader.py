@@ -162,3 +162,11 @@ def test_long_rope_is_refused(tmp_path):
     path = rewrite_gguf(good, tmp_path / "long.gguf", {"rope_factors_long.weight": np.ones(8, np.float32)})
     with pytest.raises(UnsupportedError, match="rope_factors_long"):
         Llama(path, verbose=False)
+
+
+@pytest.mark.parametrize("key", ["llama.attn_logit_softcapping", "llama.final_logit_softcapping"])
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
+def test_implausible_soft_capping_is_refused(tmp_path, key, value):
+    path = write_llama_gguf(tmp_path / "m.gguf", extra_kv={key: value})
+    with pytest.raises(ValueError, match="soft-capping"):
+        NativeModel(str(path))

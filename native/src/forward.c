@@ -107,6 +107,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         float max = -INFINITY;
         for (int p = first; p < n_kv; p++) {
             att[p] = c->vec.dot_f16(q, k + (size_t)p * kv_dim, hd) * scale;
+            if (m->attn_softcap > 0.0f) att[p] = m->attn_softcap * tanhf(att[p] / m->attn_softcap);
             if (att[p] > max) max = att[p];
         }
         const float inv_sum = 1.0f / c->vec.exp_sub_sum(att + first, max, n_kv - first);
@@ -444,6 +445,15 @@ static int cpu_logits(pi_context *c, int n, int pos0, int logits_mode) {
     return PI_OK;
 }
 
+/* cap * tanh(logit / cap) over the rows logits_mode wrote */
+static void final_softcap(pi_context *c, int n, int pos0, int logits_mode) {
+    const float cap = c->model->final_softcap;
+    const size_t n_vocab = (size_t)c->model->info.n_vocab;
+    const int all = logits_mode == PI_LOGITS_ALL;
+    float *rows = c->logits + (all ? (size_t)pos0 * n_vocab : 0);
+    for (size_t i = 0; i < (all ? (size_t)n : 1) * n_vocab; i++) rows[i] = cap * tanhf(rows[i] / cap);
+}
+
 void pi_forward_cpu_ops(pi_context *c) {
     for (int il = 0; il < c->model->info.n_layer; il++)
         c->ops[il] = (pi_layer_ops){ cpu_attention, c->model->parallel ? ffn_in_attention : cpu_ffn };
@@ -477,7 +487,10 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         if ((rc = pi_x_to_host(c, n))) return rc;
         norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)pos0 * d, n);
     }
-    if (logits_mode != PI_LOGITS_NONE && (rc = c->logits_op(c, n, pos0, logits_mode))) return rc;
+    if (logits_mode != PI_LOGITS_NONE) {
+        if ((rc = c->logits_op(c, n, pos0, logits_mode))) return rc;
+        if (m->final_softcap > 0.0f) final_softcap(c, n, pos0, logits_mode);
+    }
     c->n_past = pos0 + n;
     c->stats.tokens += n;
     c->stats.ffn_rows_dense += (int64_t)n * n_ff * h->n_layer;

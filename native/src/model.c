@@ -105,17 +105,30 @@ static int read_gemma3(pi_model *m) {
     return PI_OK;
 }
 
+/* attn_logit_softcapping and final_logit_softcapping: optional, finite and >= 0 (0: none) */
+static int read_softcaps(pi_model *m) {
+    int rc = arch_key_f32(m, "attn_logit_softcapping", 0, &m->attn_softcap);
+    if (!rc) rc = arch_key_f32(m, "final_logit_softcapping", 0, &m->final_softcap);
+    if (rc) return rc;
+    if (!(m->attn_softcap >= 0.0f) || !isfinite(m->attn_softcap) || !(m->final_softcap >= 0.0f) ||
+        !isfinite(m->final_softcap))
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible soft-capping %g / %g", m->attn_softcap, m->final_softcap);
+    return PI_OK;
+}
+
 static int read_traits(pi_model *m) {
     m->embd_scale = 1.0f;
     m->rope_neox = (m->traits & ARCH_ROPE_NEOX) != 0;
     m->layer_norm = (m->traits & ARCH_LAYER_NORM) != 0;
     m->parallel = (m->traits & ARCH_PARALLEL) != 0;
     if (m->traits & ARCH_NO_ROPE) m->info.n_rot = 0;
+    int rc = read_softcaps(m);
+    if (rc) return rc;
     if (strcmp(m->arch, "gemma3") == 0) return read_gemma3(m);
     /* Mistral-style llama: every layer sees the last `window` positions, with the global rope;
      * 0, like an absent key, means no window (llama.cpp's n_swa) */
     uint32_t window = 0;
-    int rc = strcmp(m->arch, "llama") == 0 ? arch_key_u32(m, "attention.sliding_window", 0, &window) : PI_OK;
+    rc = strcmp(m->arch, "llama") == 0 ? arch_key_u32(m, "attention.sliding_window", 0, &window) : PI_OK;
     if (window > INT32_MAX) window = INT32_MAX; /* wider than any context: no window in effect */
     m->swa_window = (int32_t)window;
     return rc;

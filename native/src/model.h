@@ -56,6 +56,8 @@ struct pi_model {
     int parallel;           /* attention and FFN both read the layer's input and add to it (falcon) */
     int32_t swa_window;     /* local layers attend to the last swa_window positions */
     float rope_base_local;  /* rope base of the rope_local layers; 0 when none */
+    float attn_softcap, final_softcap; /* cap * tanh(z / cap) of the attention scores and of the
+                                        * logits, where the metadata asks (Gemma 2's keys); 0: none */
     pi_layer *layers;       /* [n_layer] */
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
     int32_t max_rank;       /* largest predictor rank over the layers */

@@ -97,7 +97,7 @@ static int upload_parts(pi_context *c, int first_whole, const uint8_t *attn, int
         .n_embd = h->n_embd, .n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = m->head_dim,
         .n_ff = h->n_ff, .n_rot = h->n_rot, .n_ctx = (int32_t)c->n_ctx, .n_batch = (int32_t)c->n_batch,
         .act = h->ffn_act, .rope_neox = m->rope_neox, .swa_window = m->swa_window, .norm_eps = h->norm_eps,
-        .inv_freq = c->inv_freq,
+        .attn_softcap = m->attn_softcap, .inv_freq = c->inv_freq,
     };
     if (output) {
         shape.output = view(&m->output);

@@ -103,7 +103,7 @@ __global__ void k_store(const float *src, __half *dst, int count) {
 // (first > 0 on sliding-window layers), the scores in global scratch. q rounded to f16 and the
 // probabilities too, as the CPU path and llama.cpp's f16 products do.
 __global__ void k_attention(const float *q, const __half *kc, const __half *vc, float *out, float *scores, int pos0,
-                            int n_head, int group, int hd, int kv_dim, int window, int n_ctx) {
+                            int n_head, int group, int hd, int kv_dim, int window, int n_ctx, float softcap) {
     __shared__ float shared[32];
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head, n_kv = pos0 + t + 1;
     const int first = window > 0 && n_kv > window ? n_kv - window : 0;
@@ -116,7 +116,7 @@ __global__ void k_attention(const float *q, const __half *kc, const __half *vc, 
         float dot = 0.0f;
         for (int i = 0; i < hd; i++)
             dot += __half2float(__float2half(qh[i])) * __half2float(k[(size_t)p * kv_dim + i]);
-        s[p] = dot * scale;
+        s[p] = softcap > 0.0f ? softcap * tanhf(dot * scale / softcap) : dot * scale;
         max = fmaxf(max, s[p]);
     }
     max = block_max(max, shared);
@@ -183,7 +183,7 @@ static void attention(pi_cuda_layers *g, int il, int n, int pos0) {
     k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->v, L->v_cache + (size_t)pos0 * kv_dim, n * kv_dim);
     k_attention<<<(unsigned)(n * s->n_head), 128, 0, g->stream>>>(g->q, L->k_cache, L->v_cache, g->att, g->scores, pos0,
                                                                  s->n_head, s->n_head / s->n_head_kv, hd, kv_dim,
-                                                                 L->local ? s->swa_window : 0, s->n_ctx);
+                                                                 L->local ? s->swa_window : 0, s->n_ctx, s->attn_softcap);
     matmul(g, L->o, g->att, n, g->delta, L->o_b);
     if (L->post_attn_norm) rmsnorm(g, g->delta, L->post_attn_norm, g->delta, n, d);
     add(g, g->x, g->delta, n * d);

@@ -33,6 +33,7 @@ typedef struct {
     int32_t act;        /* PI_ACT_*: the gated activations */
     int32_t rope_neox, swa_window;
     float norm_eps;
+    float attn_softcap;    /* cap * tanh(score / cap) before the softmax; 0: none */
     const float *inv_freq; /* [2][n_rot / 2]: the global rope frequencies, then the local ones */
     pi_cuda_weight output; /* n_embd -> n_vocab on the device, or host NULL: the host's */
     const float *output_norm, *output_b; /* [n_embd], [n_vocab] or NULL */
