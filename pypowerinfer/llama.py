@@ -132,7 +132,7 @@ class Llama:
                        n_threads_batch=self.n_threads_batch, logits_all=logits_all, kernel_impl=kernel_impl,
                        sparse=_sparse_mode(sparse), sparse_threshold_shift=sparse_threshold_shift,
                        embeddings=embedding, **self._split(vram_budget, hybrid_device, verbose))
-        self._ctx = self._context(options, n_gpu_layers, verbose)
+        self._ctx = self._context(options, n_gpu_layers, hybrid_device, verbose)
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
@@ -142,11 +142,14 @@ class Llama:
             print(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
                   f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}", file=sys.stderr)
 
-    def _context(self, options: dict, n_gpu_layers: int, verbose: bool) -> NativeContext:
+    def _context(self, options: dict, n_gpu_layers: int, hybrid_device: str, verbose: bool) -> NativeContext:
         """The native context, with layer offload when n_gpu_layers asks for it and a CUDA device
-        exists. Without one n_gpu_layers is ignored, as llama-cpp-python's CPU build ignores it; a
-        model whose layers the device cannot run falls back to the CPU with a warning."""
-        if n_gpu_layers == 0 or cuda_device_count() == 0:
+        exists (or hybrid_device="host" asks for the stand-in device). Without one n_gpu_layers is
+        ignored, as llama-cpp-python's CPU build ignores it; a model whose layers the device cannot
+        run falls back to the CPU with a warning."""
+        if hybrid_device == "host" and n_gpu_layers:
+            options = {**options, "device": lib.PI_DEVICE_HOST}
+        elif n_gpu_layers == 0 or cuda_device_count() == 0:
             if n_gpu_layers and verbose:
                 print("pypowerinfer: n_gpu_layers ignored: no CUDA device", file=sys.stderr)
             return NativeContext(self._model, **options)

@@ -91,7 +91,7 @@ static int start_split(pi_context *c) {
     pi_placement_totals totals;
     pi_plan_placement(m, c->params.vram_budget, plan, &totals);
     /* what every token reads, as placed: attention and output on the device */
-    int rc = c->params.device == PI_DEVICE_CUDA ? pi_offload_fixed(c, plan, &totals) : PI_OK;
+    int rc = c->params.device != PI_DEVICE_NONE ? pi_offload_fixed(c, plan, &totals) : PI_OK;
     int any = 0;
     for (int il = 0; il < n_layer; il++) {
         const pi_layer *L = &m->layers[il];

@@ -65,7 +65,7 @@ struct pi_context {
      * while x_on_device; each step brings it where it runs. */
     pi_layer_ops *ops;          /* [n_layer] */
     int (*logits_op)(pi_context *c, int n, int pos0, int logits_mode);
-    struct pi_cuda_layers *offload;
+    struct pi_offload *offload;
     int32_t x_on_device;
 
     /* profiling capture (caller's buffers, see pi_context_set_capture) */
@@ -81,5 +81,10 @@ enum { PI_LOGITS_NONE = 0, PI_LOGITS_LAST = 1, PI_LOGITS_ALL = 2 };
 int pi_forward(pi_context *ctx, const int32_t *tokens, int n, int logits_mode);
 /* Every layer's steps and the logits on the CPU: ops[] and logits_op as a context starts. */
 void pi_forward_cpu_ops(pi_context *c);
+/* The CPU's blocks on c->x as it stands (the CPU steps bring the stream home first; the host
+ * stand-in device runs them on its own copy): x += attention(x), x += FFN(x), and the logits. */
+int pi_attention_block(pi_context *c, int il, int n, int pos0);
+int pi_ffn_block(pi_context *c, int il, int n);
+int pi_logits_block(pi_context *c, int n, int pos0, int logits_mode);
 
 #endif

@@ -337,8 +337,9 @@ static int use_sparse(const pi_context *c, const pi_layer *L, int n) {
 /* ---- a layer's two blocks ---- */
 
 /* x += down(act(gate(xn), up(xn))) with xn the FFN's normed input, over the predicted neurons
- * when sparse */
-static int ffn_block(pi_context *c, const pi_layer *L, int il, int n) {
+ * when sparse (context.h) */
+int pi_ffn_block(pi_context *c, int il, int n) {
+    const pi_layer *L = &c->model->layers[il];
     const int d = c->model->info.n_embd;
     norm(c, c->x, L->ffn_norm, L->ffn_norm_b, c->xn, n);
     if (c->capture_ffn_in) capture(c, c->capture_ffn_in, c->xn, il, n, d);
@@ -372,8 +373,9 @@ static void add_positions(pi_context *c, int pos0, int n) {
 /* x += attention_output(attention(norm(x))): q, k, v from the normed stream, rotated, k and v
  * appended to the cache; the parallel block's FFN (falcon) runs in the middle, while x is still
  * the layer's input */
-static int attention_block(pi_context *c, const pi_layer *L, int il, int n, int pos0) {
+int pi_attention_block(pi_context *c, int il, int n, int pos0) {
     const pi_model *m = c->model;
+    const pi_layer *L = &m->layers[il];
     const pi_model_info *h = &m->info;
     const int d = h->n_embd, hd = m->head_dim, q_dim = h->n_head * hd, kv_dim = h->n_head_kv * hd;
     const int nth = n > 1 ? c->params.n_threads_batch : c->params.n_threads;
@@ -388,7 +390,7 @@ static int attention_block(pi_context *c, const pi_layer *L, int il, int n, int 
     add_bias(c->v, L->attn_v_b, n, kv_dim);
     /* parallel block: the FFN reads the layer's input as well and adds to x; attention needs
      * only q, k, v from here on */
-    if (m->parallel && (rc = ffn_block(c, L, il, n))) return rc;
+    if (m->parallel && (rc = pi_ffn_block(c, il, n))) return rc;
     if (L->attn_q_norm) rmsnorm(c, c->q, L->attn_q_norm, c->q, n * h->n_head, hd); /* per head */
     if (L->attn_k_norm) rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
     rope(c, c->q, h->n_head, n, L->rope_local);
@@ -415,12 +417,12 @@ static int attention_block(pi_context *c, const pi_layer *L, int il, int n, int 
 
 static int cpu_attention(pi_context *c, int il, int n, int pos0) {
     const int rc = pi_x_to_host(c, n);
-    return rc ? rc : attention_block(c, &c->model->layers[il], il, n, pos0);
+    return rc ? rc : pi_attention_block(c, il, n, pos0);
 }
 
 static int cpu_ffn(pi_context *c, int il, int n) {
     const int rc = pi_x_to_host(c, n);
-    return rc ? rc : ffn_block(c, &c->model->layers[il], il, n);
+    return rc ? rc : pi_ffn_block(c, il, n);
 }
 
 /* the parallel block's FFN ran inside its attention step */
@@ -430,11 +432,9 @@ static int ffn_in_attention(pi_context *c, int il, int n) {
 }
 
 /* logits of the last position, or of every position with logits_all */
-static int cpu_logits(pi_context *c, int n, int pos0, int logits_mode) {
+int pi_logits_block(pi_context *c, int n, int pos0, int logits_mode) {
     const pi_model *m = c->model;
     const int d = m->info.n_embd, first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
-    const int rc = pi_x_to_host(c, n);
-    if (rc) return rc;
     const float *normed = c->out_x;
     if (c->embd) normed = c->embd + (size_t)(c->n_past + first) * d; /* the embeddings are these rows */
     else norm(c, c->x + (size_t)first * d, m->output_norm, m->output_norm_b, c->out_x, n_out);
@@ -452,6 +452,11 @@ static void final_softcap(pi_context *c, int n, int pos0, int logits_mode) {
     const int all = logits_mode == PI_LOGITS_ALL;
     float *rows = c->logits + (all ? (size_t)pos0 * n_vocab : 0);
     for (size_t i = 0; i < (all ? (size_t)n : 1) * n_vocab; i++) rows[i] = cap * tanhf(rows[i] / cap);
+}
+
+static int cpu_logits(pi_context *c, int n, int pos0, int logits_mode) {
+    const int rc = pi_x_to_host(c, n);
+    return rc ? rc : pi_logits_block(c, n, pos0, logits_mode);
 }
 
 void pi_forward_cpu_ops(pi_context *c) {

@@ -4,15 +4,17 @@
  *    with all of them and more asked the logits; the baseline the hybrid split is measured against;
  *  - the hybrid split's fixed part: the attention of the layers, and the logits, that the
  *    placement put in VRAM (placement.h), while the FFN splits as ffn_sparse.h says.
- * Consecutive device steps keep the residual stream on the device; a CPU step brings it back. */
+ * Consecutive device steps keep the residual stream on the device; a CPU step brings it back.
+ * The device is params.device's: CUDA, or the host stand-in (PI_DEVICE_HOST), which runs the
+ * CPU's blocks on its own copy of the stream and so must give exactly the all-CPU result. */
 #ifndef PI_OFFLOAD_H
 #define PI_OFFLOAD_H
 #include "context.h"
 #include "placement.h"
 
 /* Layer offload of params.n_gpu_layers (all layers when negative or past n_layer); nothing when
- * 0. PI_ERR_UNSUPPORTED without a CUDA build or device, or for a model whose layers the device
- * cannot run. */
+ * 0. PI_ERR_UNSUPPORTED without a CUDA build or device (unless the stand-in is asked for), or
+ * for a model whose layers the device cannot run. */
 int pi_offload_new(pi_context *c);
 /* The split's fixed part: the attention of each layer plan[il].fixed_on_device, and the logits
  * when totals->output_on_device. A model the device's block cannot run (LayerNorm, a parallel
