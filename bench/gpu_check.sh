@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/gpu_check.sh - the [hybrid] check on a machine with an NVIDIA GPU, in one call of at most
-# 8 minutes: build with CUDA, run the CUDA tests (the device's FFN against the CPU for every
-# weight type) and the hybrid benchmark on a synthetic ~1B ReLU model, and write the results
-# under $OUT (default ./gpu-out).
+# 8 minutes: build with CUDA, run the CUDA tests (the device's split FFN, layer offload and placed
+# attention against the CPU for every weight type) and the hybrid benchmark (the split against
+# layer offload at 25/50/100% budgets) on a synthetic ~1B ReLU model, and write the results under
+# $OUT (default ./gpu-out).
 #
 # The device image has numpy, pytest, cmake, ninja and nvcc but not cffi or gguf: fetch their
 # wheels here first (bash bench/gpu_check.sh --wheels, into .whl/, which git ignores) and carry
@@ -43,7 +44,8 @@ export PI_LIBRARY=$PWD/build-gpu/libpowerinfer.so
 python3 -c "from pypowerinfer.model import build_info, cuda_device_count as n; print(build_info(), n(), 'CUDA devices')"
 
 step "CUDA and hybrid tests"
-timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_hybrid.py tests/test_sparse.py \
+timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_offload.py tests/test_hybrid.py \
+    tests/test_sparse.py \
     2>&1 | tee "$OUT/tests.txt"
 tests_rc=${PIPESTATUS[0]}
 
