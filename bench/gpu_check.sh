@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--wheels" ]; then
     mkdir -p .whl
-    for spec in cffi==1.17.1 pycparser==2.22 gguf==0.17.1; do
+    for spec in cffi==1.17.1 pycparser==2.22 gguf==0.19.0; do
         python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
             --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl "$spec" || exit 1
     done
