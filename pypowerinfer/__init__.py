@@ -16,7 +16,8 @@ _EXPORTS = {
     "LogitsProcessorList": "sampling", "StoppingCriteriaList": "sampling",
     "PowerInferError": "_ffi", "UnsupportedError": "_ffi",
     "default_model_path": "resources",
-    "LlamaState": "state", "LlamaCache": "state", "LlamaRAMCache": "state", "BaseLlamaCache": "state",
+    "LlamaState": "state", "LlamaCache": "state", "LlamaRAMCache": "state", "LlamaDiskCache": "state",
+    "BaseLlamaCache": "state",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -1,9 +1,11 @@
-"""Saved sequence states and the in-memory prompt cache, with llama-cpp-python's names.
+"""Saved sequence states and the prompt caches, with llama-cpp-python's names.
 
 A LlamaState holds what resumes a sequence: the native KV cache of its positions (bytes), the
 token ids, the logits rows in use and the seed. LlamaRAMCache maps token sequences to states,
 finds the one sharing the longest prefix with a new prompt, and drops the least recently used
-states past its capacity.
+states past its capacity; LlamaDiskCache does the same in a folder that outlives the process,
+through the diskcache package (as llama-cpp-python's does: a well-kept SQLite-backed store, not
+worth writing again).
 """
 from __future__ import annotations
 
@@ -87,6 +89,49 @@ class LlamaRAMCache(BaseLlamaCache):
         self.cache_state[key] = value
         while self.cache_state and self.cache_size > self.capacity_bytes:
             self.cache_state.popitem(last=False)
+
+
+class LlamaDiskCache(BaseLlamaCache):
+    """States pickled in a diskcache.Cache folder, least recently used first out. Needs the
+    diskcache package (pip install diskcache)."""
+
+    def __init__(self, cache_dir: str = ".cache/llama_cache", capacity_bytes: int = (2 << 30)):
+        super().__init__(capacity_bytes)
+        try:
+            import diskcache
+        except ImportError as exc:
+            raise ImportError("LlamaDiskCache needs the diskcache package: pip install diskcache") from exc
+        self.cache = diskcache.Cache(cache_dir)
+
+    @property
+    def cache_size(self) -> int:
+        return int(self.cache.volume())
+
+    def _longest_prefix_key(self, key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+        best, best_len = None, 0
+        for k in self.cache:
+            n = longest_token_prefix(k, key)
+            if n > best_len:
+                best, best_len = k, n
+        return best
+
+    def __getitem__(self, key: Sequence[int]) -> LlamaState:
+        found = self._longest_prefix_key(tuple(key))
+        if found is None:
+            raise KeyError("no cached state shares a prefix with these tokens")
+        value = self.cache.pop(found)
+        self.cache[found] = value  # stored again: now the most recently used
+        return value
+
+    def __contains__(self, key: Sequence[int]) -> bool:
+        return self._longest_prefix_key(tuple(key)) is not None
+
+    def __setitem__(self, key: Sequence[int], value: LlamaState) -> None:
+        key = tuple(key)
+        self.cache.pop(key, None)
+        self.cache[key] = value
+        while len(self.cache) > 1 and self.cache_size > self.capacity_bytes:
+            del self.cache[next(iter(self.cache))]  # the oldest first: iteration is in insertion order
 
 
 LlamaCache = LlamaRAMCache

@@ -90,3 +90,35 @@ def test_ram_cache_evicts_least_recently_used(fresh):
     cache[[1, 2, 5]]  # touch the first
     cache[[6]] = state
     assert list(cache.cache_state) == [(1, 2), (6,)]
+
+
+def test_disk_cache_resumes_in_another_process_lifetime(fresh, tmp_path):
+    """A state written to the folder by one cache object serves a new one on the same folder."""
+    from pypowerinfer import LlamaDiskCache
+
+    fresh.set_cache(LlamaDiskCache(cache_dir=str(tmp_path / "c"), capacity_bytes=1 << 30))
+    first = greedy(fresh, PROMPT)
+    fresh.reset()
+    fresh.n_tokens = 0
+    reopened = LlamaDiskCache(cache_dir=str(tmp_path / "c"), capacity_bytes=1 << 30)
+    assert fresh.tokenize(PROMPT.encode()) in reopened and len(reopened.cache) == 1
+    fresh.set_cache(reopened)
+    assert greedy(fresh, PROMPT) == first
+    with pytest.raises(KeyError):
+        reopened[[7, 7, 7]]
+
+
+def test_disk_cache_evicts_least_recently_used(fresh, tmp_path):
+    from pypowerinfer import LlamaDiskCache
+
+    fresh.eval(fresh.tokenize(PROMPT.encode()))
+    state = fresh.save_state()
+    cache = LlamaDiskCache(cache_dir=str(tmp_path / "c"), capacity_bytes=1 << 40)
+    cache[[1, 2]] = state
+    cache[[3, 4]] = state
+    cache[[1, 2, 5]]  # touch the first
+    cache.capacity_bytes = cache.cache_size + state.llama_state_size // 2  # room for two states, not three
+    cache[[6]] = state
+    assert list(cache.cache) == [(1, 2), (6,)]
+    restored = cache[[6, 9]]
+    assert restored.n_tokens == state.n_tokens and restored.llama_state == state.llama_state

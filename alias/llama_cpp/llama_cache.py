@@ -1,2 +1,2 @@
 """llama_cpp.llama_cache, from pypowerinfer."""
-from pypowerinfer.state import BaseLlamaCache, LlamaCache, LlamaRAMCache  # noqa: F401
+from pypowerinfer.state import BaseLlamaCache, LlamaCache, LlamaDiskCache, LlamaRAMCache  # noqa: F401
