@@ -6,12 +6,13 @@ elements, each a character set ("c", ranges, negated) or a rule reference ("r", 
 Repetition and groups become generated rules. The matcher's state is a set of stacks, each a
 tuple of (rule, alternative, element) continuations whose top is a character set; a code point
 moves every stack whose top accepts it. A token is allowed when all of its code points can be
-taken in turn; the vocabulary is walked as a trie, and masks and moves are memoised per state,
-so a state seen before (inside a JSON string, say) costs nothing the second time.
+taken in turn; the vocabulary is walked as a trie of bytes, and masks and moves are memoised per
+state, so a state seen before (inside a JSON string, say) costs nothing the second time.
 
-Tokens whose bytes are not complete UTF-8 on their own are never allowed (llama.cpp can carry a
-partial code point across tokens; here such characters must come from tokens that hold them
-whole), and end-of-generation tokens only where the grammar may end.
+As in llama.cpp, a code point may be split across tokens (byte-level BPE spells many characters
+that way): the matcher carries the bytes of an unfinished code point, and a token ending inside
+one is allowed when some code point it could still complete fits the grammar. End-of-generation
+tokens are allowed only where the grammar may end, with no code point unfinished.
 """
 from __future__ import annotations
 
@@ -247,6 +248,54 @@ def _accepts(element: tuple, cp: int) -> bool:
     return inside != negated
 
 
+def _accepts_some(element: tuple, first: int, last: int) -> bool:
+    """Does the character set take some code point in [first, last]?"""
+    _, ranges, negated = element
+    if not negated:
+        return any(lo <= last and first <= hi for lo, hi in ranges)
+    # negated: some code point of [first, last] lies outside every range
+    cut = sorted((max(lo, first), min(hi, last)) for lo, hi in ranges if lo <= last and first <= hi)
+    at = first
+    for lo, hi in cut:
+        if lo > at:
+            return True
+        at = max(at, hi + 1)
+    return at <= last
+
+
+# ---- UTF-8, a byte at a time ----
+# A decoding state is None between code points, or (value so far, continuation bytes still to
+# come, the smallest code point of that length): the last rejects overlong forms.
+
+_LEAD = [(0xC2, 0xDF, 0x1F, 1, 0x80), (0xE0, 0xEF, 0x0F, 2, 0x800), (0xF0, 0xF4, 0x07, 3, 0x10000)]
+
+
+def _utf8_step(partial, byte: int):
+    """(code point or None, the next decoding state), or None when the byte cannot follow."""
+    if partial is None:
+        if byte < 0x80:
+            return byte, None
+        for lo, hi, mask, need, least in _LEAD:
+            if lo <= byte <= hi:
+                return None, (byte & mask, need, least)
+        return None  # a continuation byte, or one UTF-8 never uses
+    if not 0x80 <= byte <= 0xBF:
+        return None
+    value, need, least = partial
+    value = value << 6 | (byte & 0x3F)
+    if need > 1:
+        return None, (value, need - 1, least)
+    if value < least or 0xD800 <= value <= 0xDFFF or value > MAX_CODEPOINT:
+        return None
+    return value, None
+
+
+def _completions(partial) -> Tuple[int, int]:
+    """The code points an unfinished sequence may still become."""
+    value, need, least = partial
+    return max(value << 6 * need, least), min(((value + 1) << 6 * need) - 1, MAX_CODEPOINT)
+
+
 class _Machine:
     """Moves over a parsed grammar, memoised; states are frozensets of stacks."""
 
@@ -301,10 +350,28 @@ class _Machine:
     def can_end(state: frozenset) -> bool:
         return () in state
 
+    def can_take_some(self, state: frozenset, first: int, last: int) -> bool:
+        """Can some code point in [first, last] move the state on?"""
+        return any(stack and _accepts_some(self.rules[stack[-1][0]][stack[-1][1]][stack[-1][2]], first, last)
+                   for stack in state)
+
+    def take_bytes(self, state: frozenset, partial, data: bytes):
+        """(state, partial) after the bytes, or None where they do not fit the grammar."""
+        for byte in data:
+            step = _utf8_step(partial, byte)
+            if step is None:
+                return None
+            cp, partial = step
+            if cp is not None:
+                state = self.move(state, cp)
+                if not state:
+                    return None
+        return state, partial
+
 
 class _Trie:
-    """The vocabulary by code points: children[node] maps a code point to a node; ends[node]
-    lists the tokens spelled by the path to node."""
+    """The vocabulary by bytes: children[node] maps a byte to a node; ends[node] lists the tokens
+    spelled by the path to node."""
 
     def __init__(self, pieces: Sequence[bytes]):
         self.children: List[Dict[int, int]] = [{}]
@@ -312,16 +379,12 @@ class _Trie:
         for token, piece in enumerate(pieces):
             if not piece:
                 continue
-            try:
-                text = piece.decode("utf-8")
-            except UnicodeDecodeError:
-                continue  # a partial code point: never allowed (module docstring)
             node = 0
-            for ch in text:
-                nxt = self.children[node].get(ord(ch))
+            for byte in piece:
+                nxt = self.children[node].get(byte)
                 if nxt is None:
                     nxt = len(self.children)
-                    self.children[node][ord(ch)] = nxt
+                    self.children[node][byte] = nxt
                     self.children.append({})
                     self.ends.append([])
                 node = nxt
@@ -337,7 +400,7 @@ class LlamaGrammar:
         self._grammar = _grammar
         self.rules, self.root = parse_gbnf(_grammar)
         self._machine = _Machine(self.rules, self.root)
-        self._masks: "OrderedDict[frozenset, np.ndarray]" = OrderedDict()
+        self._masks: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
         self.reset()
 
     @classmethod
@@ -358,6 +421,7 @@ class LlamaGrammar:
 
     def reset(self) -> None:
         self._state = self._machine.start
+        self._partial = None  # the unfinished code point the last tokens ended in (UTF-8 above)
 
     def accepts_text(self, text: str) -> bool:
         """Does the whole of `text` parse (from the start state), ending where the grammar may end?"""
@@ -371,25 +435,31 @@ class LlamaGrammar:
     # -- sampling hooks (Llama.sample) --
     def allowed(self, tokenizer) -> np.ndarray:
         """Boolean [n_vocab]: the tokens the current state can take next."""
-        mask = self._masks.get(self._state)
+        key = (self._state, self._partial)
+        mask = self._masks.get(key)
         if mask is not None:
-            self._masks.move_to_end(self._state)
+            self._masks.move_to_end(key)
             return mask
         trie, eog = _vocabulary(tokenizer)
         mask = np.zeros(tokenizer.n_vocab, dtype=np.bool_)
-        move = self._machine.move
-        todo = [(0, self._state)]
+        machine = self._machine
+        todo = [(0, self._state, self._partial)]
         while todo:
-            node, state = todo.pop()
-            for cp, child in trie.children[node].items():
-                nxt = move(state, cp)
-                if nxt:
-                    if trie.ends[child]:
-                        mask[trie.ends[child]] = True
-                    todo.append((child, nxt))
-        if _Machine.can_end(self._state):
+            node, state, partial = todo.pop()
+            for byte, child in trie.children[node].items():
+                step = _utf8_step(partial, byte)
+                if step is None:
+                    continue
+                cp, nxt_partial = step
+                nxt = machine.move(state, cp) if cp is not None else state
+                if not nxt or (nxt_partial is not None and not machine.can_take_some(nxt, *_completions(nxt_partial))):
+                    continue
+                if trie.ends[child]:
+                    mask[trie.ends[child]] = True
+                todo.append((child, nxt, nxt_partial))
+        if _Machine.can_end(self._state) and self._partial is None:
             mask[eog] = True
-        self._masks[self._state] = mask
+        self._masks[key] = mask
         if len(self._masks) > 256:
             self._masks.popitem(last=False)
         return mask
@@ -397,10 +467,10 @@ class LlamaGrammar:
     def accept_token(self, tokenizer, token: int) -> None:
         if tokenizer.is_eog(token):
             return
-        for ch in tokenizer.token_to_piece(token).decode("utf-8", errors="strict"):
-            self._state = self._machine.move(self._state, ord(ch))
-        if not self._state:
+        taken = self._machine.take_bytes(self._state, self._partial, tokenizer.token_to_piece(token))
+        if taken is None:
             raise ValueError(f"token {token} does not fit the grammar")
+        self._state, self._partial = taken
 
 
 _VOCABULARIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

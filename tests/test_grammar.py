@@ -100,3 +100,50 @@ def test_chat_response_format_and_forced_tool(smollm2):
     jsonschema.validate(json.loads(call["arguments"]), schema)
     with pytest.raises(ValueError, match="not found"):
         smollm2.create_chat_completion(msgs, tools=tools, tool_choice={"type": "function", "function": {"name": "x"}})
+
+
+@pytest.mark.parametrize("word", ["日本", "😀", "naïve"])
+def test_characters_split_across_tokens_can_be_generated(smollm2, word):
+    """SmolLM2's byte-level BPE spells 日 and 😀 only as tokens that end inside a code point (and
+    ï inside "ïve"): the matcher carries the unfinished bytes, as llama.cpp's does."""
+    pieces = [smollm2.tokenizer_.token_to_piece(t) for t in smollm2.tokenize(word.encode(), add_bos=False)]
+    if word != "naïve":
+        assert any(_ends_inside_a_code_point(p) for p in pieces), pieces
+    g = LlamaGrammar.from_string(f'root ::= "{word}" " "?')
+    for seed in range(3):
+        out = smollm2("Say something: ", grammar=g, max_tokens=12, temperature=0.8, seed=seed)
+        assert out["choices"][0]["text"].rstrip() == word and out["choices"][0]["finish_reason"] == "stop"
+
+
+def _ends_inside_a_code_point(piece: bytes) -> bool:
+    try:
+        piece.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def test_unfinished_code_points_are_held_to_the_grammar():
+    """A token ending inside a code point is allowed only if some completion fits; end of text
+    is not allowed with a code point unfinished."""
+
+    class Bytes:  # a tokenizer of single bytes, and an end-of-generation token
+        n_vocab = 257
+
+        def token_to_piece(self, t):
+            return bytes([t]) if t < 256 else b""
+
+        def is_eog(self, t):
+            return t == 256
+
+    tok = Bytes()
+    g = LlamaGrammar.from_string('root ::= [一-鿿]')  # the CJK unified ideographs, U+4E00..U+9FFF
+    allowed = g.allowed(tok)
+    assert allowed[0xE4] and allowed[0xE9] and not allowed[0xE3] and not allowed[0xEA]  # lead bytes of 3-byte forms
+    assert not allowed[ord("a")] and not allowed[0x80] and not allowed[256]
+    g.accept_token(tok, 0xE6)  # 日 is E6 97 A5
+    allowed = g.allowed(tok)
+    assert allowed[0x97] and not allowed[ord("a")] and not allowed[256]
+    g.accept_token(tok, 0x97)
+    g.accept_token(tok, 0xA5)
+    assert g.allowed(tok)[256]  # complete: the grammar may end
