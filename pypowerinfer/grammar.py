@@ -17,6 +17,7 @@ tokens are allowed only where the grammar may end, with no code point unfinished
 from __future__ import annotations
 
 import json
+import math
 import re
 import weakref
 from collections import OrderedDict
@@ -557,8 +558,10 @@ class _SchemaConverter:
             raise ValueError(f"JSON schema: expected an object at {hint}, got {schema!r}")
         if "$ref" in schema:
             return self.visit(self.resolve(schema["$ref"]), schema["$ref"].split("/")[-1])
-        unsupported = [k for k in ("pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                   "multipleOf", "uniqueItems", "not", "if") if k in schema]
+        bounds = [k for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in schema]
+        unsupported = [k for k in ("pattern", "multipleOf", "uniqueItems", "not", "if") if k in schema]
+        if bounds and schema.get("type") != "integer":
+            unsupported += bounds  # integer bounds only, as llama.cpp's converter
         if unsupported:
             raise NotImplementedError(f"JSON schema: {', '.join(unsupported)} cannot be enforced by the grammar yet")
         if "const" in schema:
@@ -583,11 +586,22 @@ class _SchemaConverter:
             return self.array(schema, hint)
         if kind == "string":
             return self.string(schema, hint)
+        if kind == "integer" and bounds:
+            return self.integer_range(schema, hint)
         if kind in ("number", "integer", "boolean", "null"):
             return self.primitive(kind)
         if kind is None:
             return self.primitive("value")
         raise NotImplementedError(f"JSON schema: type {kind!r} is not supported")
+
+    def integer_range(self, schema: dict, hint: str) -> str:
+        """An integer within minimum/maximum (exclusive ones moved in by one)."""
+        lo = _integer_bound(schema, "minimum", "exclusiveMinimum", 1)
+        hi = _integer_bound(schema, "maximum", "exclusiveMaximum", -1)
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"JSON schema: no integer lies in [{lo}, {hi}] at {hint}")
+        self.primitive("ws")
+        return self.add(hint, "(" + " | ".join(_integer_alternatives(lo, hi)) + ") ws")
 
     def string(self, schema: dict, hint: str) -> str:
         lo, hi = schema.get("minLength"), schema.get("maxLength")
@@ -642,11 +656,68 @@ class _SchemaConverter:
         return self.add(hint, f'"{{" ws {inner} "}}" ws')
 
 
+def _integer_bound(schema: dict, inclusive: str, exclusive: str, step: int) -> Optional[int]:
+    """The tightest integer bound the schema gives on one side, or None."""
+    bounds = []
+    if inclusive in schema:
+        v = schema[inclusive]
+        bounds.append(math.ceil(v) if step > 0 else math.floor(v))
+    if exclusive in schema:
+        v = schema[exclusive]
+        bounds.append(math.floor(v) + 1 if step > 0 else math.ceil(v) - 1)
+    if not bounds:
+        return None
+    return max(bounds) if step > 0 else min(bounds)
+
+
+def _same_length(a: str, b: str) -> List[str]:
+    """GBNF sequences spelling every decimal from a to b, strings of one length (a <= b)."""
+    if a == b:
+        return [" ".join(f'"{d}"' for d in a)]
+    if len(a) == 1:
+        return [f"[{a}-{b}]"]
+    if a[1:] == "0" * (len(a) - 1) and b[1:] == "9" * (len(b) - 1):  # whole decades
+        return [f"[{a[0]}-{b[0]}]" + " [0-9]" * (len(a) - 1)]
+    if a[0] == b[0]:
+        return [f'"{a[0]}" {p}' for p in _same_length(a[1:], b[1:])]
+    n = len(a) - 1
+    out = [f'"{a[0]}" {p}' for p in _same_length(a[1:], "9" * n)]
+    if int(a[0]) + 1 <= int(b[0]) - 1:
+        out.append(f"[{int(a[0]) + 1}-{int(b[0]) - 1}]" + " [0-9]" * n)
+    return out + [f'"{b[0]}" {p}' for p in _same_length("0" * n, b[1:])]
+
+
+MAX_INT_DIGITS = 16  # as the integer primitive: at most 16 digits
+
+
+def _natural_range(a: int, b: Optional[int]) -> List[str]:
+    """Every integer in [a, b] (b None: no upper bound), a >= 0, without leading zeros."""
+    out, top = [], 10 ** MAX_INT_DIGITS - 1
+    b = top if b is None else b
+    for digits in range(len(str(a)), len(str(b)) + 1):
+        lo = max(a, 10 ** (digits - 1) if digits > 1 else 0)
+        hi = min(b, 10 ** digits - 1)
+        if lo <= hi:
+            out += _same_length(str(lo), str(hi))
+    return out
+
+
+def _integer_alternatives(lo: Optional[int], hi: Optional[int]) -> List[str]:
+    """GBNF alternatives for the integers in [lo, hi], either side open when None."""
+    out = []
+    if lo is None or lo < 0:  # the negatives: "-" and their magnitudes
+        least = 1 if hi is None or hi >= 0 else -hi
+        out += [f'"-" ({p})' for p in _natural_range(least, None if lo is None else -lo)]
+    if hi is None or hi >= 0:
+        out += _natural_range(max(lo, 0) if lo is not None else 0, hi)
+    return out
+
+
 def json_schema_to_gbnf(schema) -> str:
     """A GBNF grammar whose sentences are JSON documents valid under `schema` (a subset of JSON
     Schema: types, properties/required/additionalProperties, items/minItems/maxItems,
-    minLength/maxLength, enum, const, anyOf/oneOf, local $ref; NotImplementedError for the rest,
-    such as patterns and numeric bounds)."""
+    minLength/maxLength, integer minimum/maximum, enum, const, anyOf/oneOf, local $ref;
+    NotImplementedError for the rest, such as patterns and the bounds of non-integer numbers)."""
     conv = _SchemaConverter(schema)
     root = conv.visit(schema, "root-value")
     lines = [f"root ::= {root}"] + [f"{name} ::= {body}" for name, body in conv.rules.items()]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -73,6 +74,24 @@ def test_schema_language():
 def test_unenforceable_schema_is_refused():
     with pytest.raises(NotImplementedError, match="pattern"):
         json_schema_to_gbnf({"type": "string", "pattern": "^a+$"})
+    with pytest.raises(NotImplementedError, match="minimum"):
+        json_schema_to_gbnf({"type": "number", "minimum": 0.5})
+    with pytest.raises(ValueError, match="no integer"):
+        json_schema_to_gbnf({"type": "integer", "minimum": 3, "exclusiveMaximum": 3})
+
+
+@pytest.mark.parametrize("bounds", [dict(minimum=0, maximum=9), dict(minimum=5, maximum=5), dict(minimum=-3, maximum=17),
+                                    dict(minimum=7, maximum=1234), dict(minimum=-150, maximum=-20),
+                                    dict(maximum=10), dict(minimum=-5), dict(minimum=99, maximum=101),
+                                    dict(exclusiveMinimum=-1.5, exclusiveMaximum=42), dict(minimum=0.5, maximum=3.5)])
+def test_integer_bounds_admit_exactly_their_range(bounds):
+    g = LlamaGrammar.from_json_schema(json.dumps({"type": "integer", **bounds}))
+    lo = max(math.ceil(bounds.get("minimum", -1e9)), math.floor(bounds.get("exclusiveMinimum", -1e9)) + 1)
+    hi = min(math.floor(bounds.get("maximum", 1e9)), math.ceil(bounds.get("exclusiveMaximum", 1e9)) - 1)
+    edges = [e for e in (lo, hi) if abs(e) < 1e8] + [0, 10**6, -10**6]  # each bound, zero, far off
+    for v in {v for e in edges for v in range(e - 40, e + 41)}:
+        assert g.accepts_text(str(v)) == (lo <= v <= hi), v
+    assert not any(g.accepts_text(t) for t in ["007", "-0", "1.0", "", "--1", "+1"])
 
 
 @pytest.mark.parametrize("seed", range(8))
