@@ -559,7 +559,9 @@ class _SchemaConverter:
         if "$ref" in schema:
             return self.visit(self.resolve(schema["$ref"]), schema["$ref"].split("/")[-1])
         bounds = [k for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in schema]
-        unsupported = [k for k in ("pattern", "multipleOf", "uniqueItems", "not", "if") if k in schema]
+        unsupported = [k for k in ("multipleOf", "uniqueItems", "not", "if") if k in schema]
+        if "pattern" in schema and schema.get("type") != "string":
+            unsupported.append("pattern")
         if bounds and schema.get("type") != "integer":
             unsupported += bounds  # integer bounds only, as llama.cpp's converter
         if unsupported:
@@ -604,6 +606,11 @@ class _SchemaConverter:
         return self.add(hint, "(" + " | ".join(_integer_alternatives(lo, hi)) + ") ws")
 
     def string(self, schema: dict, hint: str) -> str:
+        if "pattern" in schema:
+            if "minLength" in schema or "maxLength" in schema:
+                raise NotImplementedError("JSON schema: pattern together with minLength/maxLength is not supported")
+            self.primitive("ws")
+            return self.add(hint, r'"\"" ' + _pattern_to_gbnf(schema["pattern"]) + r' "\"" ws')
         lo, hi = schema.get("minLength"), schema.get("maxLength")
         if lo is None and hi is None:
             return self.primitive("string")
@@ -654,6 +661,135 @@ class _SchemaConverter:
             firsts.append(f'{kv_extra} ("," ws {kv_extra})*')
         inner = "(" + " | ".join(firsts) + ")?" if firsts else ""
         return self.add(hint, f'"{{" ws {inner} "}}" ws')
+
+
+# ---- JSON Schema patterns: the regular expressions llama.cpp's converter takes ----
+
+_CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": r" \t\n\r"}
+# a JSON string's characters other than the quote and backslash, which a pattern may not use here
+_STRING_CHAR = r'[^"\\\x7F\x00-\x1F]'
+
+
+class _PatternParser:
+    r"""A regular expression, ^...$ anchored, as one GBNF expression over a JSON string's
+    characters: literals, ., classes (with \d \w \s inside and out, negated), groups (plain and
+    (?:...)), | and the quantifiers * + ? {m} {m,} {m,n}. Backreferences, lookaround and the
+    characters a JSON string must escape (" and \ as literals) raise NotImplementedError."""
+
+    def __init__(self, pattern: str):
+        if not (pattern.startswith("^") and pattern.endswith("$")):
+            raise NotImplementedError("JSON schema: a pattern must start with ^ and end with $ to be enforced")
+        self.t, self.pos = pattern[1:-1], 0
+
+    def unsupported(self, what: str):
+        raise NotImplementedError(f"JSON schema pattern: {what} is not supported")
+
+    def parse(self) -> str:
+        out = self.alternatives()
+        if self.pos != len(self.t):
+            raise ValueError(f"JSON schema pattern: unbalanced ')' at {self.pos}")
+        return out
+
+    def alternatives(self) -> str:
+        alts = [self.sequence()]
+        while self.pos < len(self.t) and self.t[self.pos] == "|":
+            self.pos += 1
+            alts.append(self.sequence())
+        return "(" + " | ".join(a or '""' for a in alts) + ")"
+
+    def sequence(self) -> str:
+        items = []
+        while self.pos < len(self.t) and self.t[self.pos] not in "|)":
+            atom = self.atom()
+            items.append(atom + self.quantifier())
+        return " ".join(items)
+
+    def quantifier(self) -> str:
+        if self.pos >= len(self.t):
+            return ""
+        c = self.t[self.pos]
+        if c in "*+?":
+            self.pos += 1
+            return c
+        if c == "{":
+            end = self.t.find("}", self.pos)
+            body = self.t[self.pos + 1:end] if end > 0 else ""
+            if not re.fullmatch(r"\d+(,\d*)?", body):
+                raise ValueError(f"JSON schema pattern: bad repetition at {self.pos}")
+            self.pos = end + 1
+            return "{" + body + "}"
+        return ""
+
+    def atom(self) -> str:
+        c = self.t[self.pos]
+        self.pos += 1
+        if c == "(":
+            if self.t.startswith("?:", self.pos):
+                self.pos += 2
+            elif self.t.startswith("?", self.pos):
+                self.unsupported("lookaround and named groups")
+            inner = self.alternatives()
+            if self.pos >= len(self.t) or self.t[self.pos] != ")":
+                raise ValueError("JSON schema pattern: unbalanced '('")
+            self.pos += 1
+            return inner
+        if c == ".":
+            return _STRING_CHAR
+        if c == "[":
+            return self.char_class()
+        if c in "*+?{":
+            raise ValueError(f"JSON schema pattern: nothing to repeat at {self.pos - 1}")
+        if c in "^$":
+            self.unsupported("an anchor inside the pattern")
+        if c == "\\":
+            return self.escape(in_class=False)
+        return self.literal(c)
+
+    def literal(self, c: str) -> str:
+        if c in '"\\' or ord(c) < 0x20:
+            self.unsupported(f"the character {c!r}, which a JSON string escapes")
+        return json.dumps(c)
+
+    def escape(self, in_class: bool) -> str:
+        if self.pos >= len(self.t):
+            raise ValueError("JSON schema pattern: trailing backslash")
+        c = self.t[self.pos]
+        self.pos += 1
+        if c in _CLASS_ESCAPES:
+            return _CLASS_ESCAPES[c] if in_class else "[" + _CLASS_ESCAPES[c] + "]"
+        if c in "DWS":
+            if in_class:
+                self.unsupported(f"\\{c} inside a class")
+            return "[^" + _CLASS_ESCAPES[c.lower()] + '"\\\\]'
+        if c.isalnum():
+            self.unsupported(f"the escape \\{c}")
+        if in_class:
+            return ("\\" + c) if c in "]\\-^" else c
+        return self.literal(c)
+
+    def char_class(self) -> str:
+        out = "["
+        if self.t.startswith("^", self.pos):
+            out += "^"
+            self.pos += 1
+        while self.pos < len(self.t) and self.t[self.pos] != "]":
+            c = self.t[self.pos]
+            self.pos += 1
+            if c == "\\":
+                out += self.escape(in_class=True)
+            elif c in '"' or ord(c) < 0x20:
+                self.unsupported(f"the character {c!r}, which a JSON string escapes")
+            else:
+                out += c
+        if self.pos >= len(self.t):
+            raise ValueError("JSON schema pattern: unterminated character class")
+        self.pos += 1
+        # a negated class must not let the quote, the backslash or control characters in
+        return out + (r'"\\\x00-\x1F]' if out.startswith("[^") else "]")
+
+
+def _pattern_to_gbnf(pattern: str) -> str:
+    return _PatternParser(pattern).parse()
 
 
 def _integer_bound(schema: dict, inclusive: str, exclusive: str, step: int) -> Optional[int]:
@@ -716,8 +852,9 @@ def _integer_alternatives(lo: Optional[int], hi: Optional[int]) -> List[str]:
 def json_schema_to_gbnf(schema) -> str:
     """A GBNF grammar whose sentences are JSON documents valid under `schema` (a subset of JSON
     Schema: types, properties/required/additionalProperties, items/minItems/maxItems,
-    minLength/maxLength, integer minimum/maximum, enum, const, anyOf/oneOf, local $ref;
-    NotImplementedError for the rest, such as patterns and the bounds of non-integer numbers)."""
+    minLength/maxLength, ^...$ patterns (_PatternParser), integer minimum/maximum, enum, const,
+    anyOf/oneOf, local $ref; NotImplementedError for the rest, such as lookaround and the bounds of
+    non-integer numbers)."""
     conv = _SchemaConverter(schema)
     root = conv.visit(schema, "root-value")
     lines = [f"root ::= {root}"] + [f"{name} ::= {body}" for name, body in conv.rules.items()]

@@ -73,11 +73,39 @@ def test_schema_language():
 
 def test_unenforceable_schema_is_refused():
     with pytest.raises(NotImplementedError, match="pattern"):
-        json_schema_to_gbnf({"type": "string", "pattern": "^a+$"})
+        json_schema_to_gbnf({"type": "string", "pattern": "(?=a)b"})
     with pytest.raises(NotImplementedError, match="minimum"):
         json_schema_to_gbnf({"type": "number", "minimum": 0.5})
     with pytest.raises(ValueError, match="no integer"):
         json_schema_to_gbnf({"type": "integer", "minimum": 3, "exclusiveMaximum": 3})
+
+
+PATTERNS = {
+    r"^[a-z]+$": (["abc", "z"], ["", "Abc", "ab1"]),
+    r"^\d{3}-\d{4}$": (["555-1234"], ["5551234", "55-1234", "555-12345"]),
+    r"^(foo|bar)baz?$": (["foobaz", "barba", "fooba"], ["foo", "bazbar"]),
+    r"^[^0-9]*$": (["abc", "", "x y"], ["a1", 'a"b']),
+    r"^\w+@\w+\.com$": (["a_b@c.com"], ["a@b.org", "@b.com"]),
+    r"^(?:ab)+$": (["ab", "abab"], ["aba", ""]),
+    r"^.{2,3}$": (["ab", "abc"], ["a", "abcd"]),
+    r"^[A-F\d]{2}$": (["0A", "FF", "9B"], ["G1", "a0"]),
+    r"^\S+$": (["abc"], ["a b", ""]),
+}
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_string_patterns(pattern):
+    g = LlamaGrammar.from_json_schema(json.dumps({"type": "string", "pattern": pattern}))
+    yes, no = PATTERNS[pattern]
+    assert all(g.accepts_text(json.dumps(y)) for y in yes)
+    assert not any(g.accepts_text(json.dumps(n)) for n in no)
+
+
+@pytest.mark.parametrize("pattern, error", [("a+", "must start with"), ("^(?=a)b$", "lookaround"), (r"^a\1$", "escape"),
+                                            ('^"$', "escapes"), ("^(a$", "unbalanced"), ("^*a$", "nothing to repeat")])
+def test_unenforceable_patterns_say_why(pattern, error):
+    with pytest.raises((NotImplementedError, ValueError), match=error):
+        json_schema_to_gbnf({"type": "string", "pattern": pattern})
 
 
 @pytest.mark.parametrize("bounds", [dict(minimum=0, maximum=9), dict(minimum=5, maximum=5), dict(minimum=-3, maximum=17),
@@ -166,3 +194,13 @@ def test_unfinished_code_points_are_held_to_the_grammar():
     g.accept_token(tok, 0x97)
     g.accept_token(tok, 0xA5)
     assert g.allowed(tok)[256]  # complete: the grammar may end
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_generated_json_keeps_patterns_and_integer_bounds(smollm2, seed):
+    schema = {"type": "object", "required": ["phone", "floor"],
+              "properties": {"phone": {"type": "string", "pattern": r"^\d{3}-\d{4}$"},
+                             "floor": {"type": "integer", "minimum": -2, "maximum": 120}}}
+    out = smollm2("An office, as JSON: ", grammar=LlamaGrammar.from_json_schema(json.dumps(schema)), max_tokens=60,
+                  temperature=0.9, seed=seed)
+    jsonschema.validate(json.loads(out["choices"][0]["text"]), schema)
