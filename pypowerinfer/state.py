@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from typing import Optional, Sequence, Tuple
+from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -54,7 +54,31 @@ class BaseLlamaCache(ABC):
     def __setitem__(self, key: Sequence[int], value: LlamaState) -> None: ...
 
 
-class LlamaRAMCache(BaseLlamaCache):
+class _PrefixCache(BaseLlamaCache):
+    """What both caches share: the stored key sharing the longest prefix with a new one."""
+
+    def _stored_keys(self) -> Iterable[Tuple[int, ...]]:
+        raise NotImplementedError
+
+    def _longest_prefix_key(self, key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+        best, best_len = None, 0
+        for k in self._stored_keys():
+            n = longest_token_prefix(k, key)
+            if n > best_len:
+                best, best_len = k, n
+        return best
+
+    def _found(self, key: Sequence[int]) -> Tuple[int, ...]:
+        found = self._longest_prefix_key(tuple(key))
+        if found is None:
+            raise KeyError("no cached state shares a prefix with these tokens")
+        return found
+
+    def __contains__(self, key: Sequence[int]) -> bool:
+        return self._longest_prefix_key(tuple(key)) is not None
+
+
+class LlamaRAMCache(_PrefixCache):
     """States in memory, least recently used first out."""
 
     def __init__(self, capacity_bytes: int = (2 << 30)):
@@ -65,23 +89,13 @@ class LlamaRAMCache(BaseLlamaCache):
     def cache_size(self) -> int:
         return sum(s.llama_state_size for s in self.cache_state.values())
 
-    def _longest_prefix_key(self, key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
-        best, best_len = None, 0
-        for k in self.cache_state:
-            n = longest_token_prefix(k, key)
-            if n > best_len:
-                best, best_len = k, n
-        return best
+    def _stored_keys(self) -> Iterable[Tuple[int, ...]]:
+        return self.cache_state
 
     def __getitem__(self, key: Sequence[int]) -> LlamaState:
-        found = self._longest_prefix_key(tuple(key))
-        if found is None:
-            raise KeyError("no cached state shares a prefix with these tokens")
+        found = self._found(key)
         self.cache_state.move_to_end(found)
         return self.cache_state[found]
-
-    def __contains__(self, key: Sequence[int]) -> bool:
-        return self._longest_prefix_key(tuple(key)) is not None
 
     def __setitem__(self, key: Sequence[int], value: LlamaState) -> None:
         key = tuple(key)
@@ -91,7 +105,7 @@ class LlamaRAMCache(BaseLlamaCache):
             self.cache_state.popitem(last=False)
 
 
-class LlamaDiskCache(BaseLlamaCache):
+class LlamaDiskCache(_PrefixCache):
     """States pickled in a diskcache.Cache folder, least recently used first out. Needs the
     diskcache package (pip install diskcache)."""
 
@@ -107,31 +121,21 @@ class LlamaDiskCache(BaseLlamaCache):
     def cache_size(self) -> int:
         return int(self.cache.volume())
 
-    def _longest_prefix_key(self, key: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
-        best, best_len = None, 0
-        for k in self.cache:
-            n = longest_token_prefix(k, key)
-            if n > best_len:
-                best, best_len = k, n
-        return best
+    def _stored_keys(self) -> Iterable[Tuple[int, ...]]:
+        return iter(self.cache)  # in insertion order: the oldest first
 
     def __getitem__(self, key: Sequence[int]) -> LlamaState:
-        found = self._longest_prefix_key(tuple(key))
-        if found is None:
-            raise KeyError("no cached state shares a prefix with these tokens")
+        found = self._found(key)
         value = self.cache.pop(found)
         self.cache[found] = value  # stored again: now the most recently used
         return value
-
-    def __contains__(self, key: Sequence[int]) -> bool:
-        return self._longest_prefix_key(tuple(key)) is not None
 
     def __setitem__(self, key: Sequence[int], value: LlamaState) -> None:
         key = tuple(key)
         self.cache.pop(key, None)
         self.cache[key] = value
         while len(self.cache) > 1 and self.cache_size > self.capacity_bytes:
-            del self.cache[next(iter(self.cache))]  # the oldest first: iteration is in insertion order
+            del self.cache[next(iter(self.cache))]  # the oldest first
 
 
 LlamaCache = LlamaRAMCache
