@@ -184,8 +184,8 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->down_acc = malloc(s.per_thread * sizeof(float));
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || !c->xq.k || !c->q || !c->k || !c->v || !c->gate ||
         !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q || !c->out_q.k ||
-        !c->logits || !c->pred_h || !c->pred_hq.q || !c->pred_hq.k || !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows ||
-        !c->down_acc || !c->ops || (s.embd && !c->embd)) {
+        !c->logits || !c->pred_h || !c->pred_hq.q || !c->pred_hq.k || !c->pred_out || !c->active || !c->active_rows ||
+        !c->run_acc || !c->run_rows || !c->down_acc || !c->ops || (s.embd && !c->embd)) {
         pi_context_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
     }
