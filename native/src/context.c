@@ -25,8 +25,8 @@ static int cpu_count(void) {
 
 /* Sizes of every buffer, in floats (or blocks), computed once so the total can be checked first. */
 typedef struct {
-    size_t kv, x, xn, xq, xk, q, k, gate, rope, inv_freq, att, out_x, out_q, out_k, logits, rank, per_thread, ff, runs,
-        run_acc, embd;
+    size_t kv, x, xn, xq, xk, q, k, gate, rope, inv_freq, att, out_x, out_q, out_k, logits, rank, rank_k, per_thread,
+        ff, runs, run_acc, embd;
 } buffer_sizes;
 
 static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_threads, int logits_rows) {
@@ -40,7 +40,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .x = (size_t)B * h->n_embd,
         .xn = (size_t)B * max_dim,
         .xq = (size_t)B * ((max_dim + QK - 1) / QK),
-        .xk = (size_t)B * ((max_dim + QK_K - 1) / QK_K),
+        .xk = m->kquant_weights ? (size_t)B * ((max_dim + QK_K - 1) / QK_K) : 0,
         .q = (size_t)B * q_dim,
         .k = (size_t)B * kv_dim,
         .gate = (size_t)B * h->n_ff,
@@ -49,7 +49,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .att = (size_t)n_threads * n_ctx,
         .out_x = (size_t)B * h->n_embd,
         .out_q = (size_t)B * ((size_t)(h->n_embd + QK - 1) / QK),
-        .out_k = (size_t)B * ((size_t)(h->n_embd + QK_K - 1) / QK_K),
+        .out_k = m->kquant_weights ? (size_t)B * ((size_t)(h->n_embd + QK_K - 1) / QK_K) : 0,
         .logits = (size_t)logits_rows * h->n_vocab,
         .rank = (size_t)(n_threads + 1) * (size_t)(m->max_rank + QK),
         .per_thread = (size_t)n_threads * h->n_embd,
@@ -57,6 +57,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .runs = (size_t)(h->n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN,
     };
     s.run_acc = s.runs * (size_t)h->n_embd;
+    s.rank_k = m->kquant_weights ? s.rank / QK_K + 1 : 0; /* the Q8_K forms only for K-quant weights */
     s.embd = 0;
     return s;
 }
@@ -65,7 +66,7 @@ static double total_bytes(const buffer_sizes *s) {
     double floats = s->kv /* two f16 caches */ + s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
                     2.0 * s->out_x + s->logits + s->rank +
                     s->per_thread + 3.0 * s->ff + s->runs + s->run_acc + s->embd;
-    const double k_blocks = (double)s->xk + s->out_k + (double)s->rank / QK_K + 1;
+    const double k_blocks = (double)s->xk + s->out_k + s->rank_k;
     return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x) + k_blocks * sizeof(block_q8k);
 }
 
@@ -156,7 +157,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->x = malloc(s.x * sizeof(float));
     c->xn = malloc(s.xn * sizeof(float));
     c->xq.q = malloc(s.xq * sizeof(block_q8x));
-    c->xq.k = malloc(s.xk * sizeof(block_q8k));
+    c->xq.k = s.xk ? malloc(s.xk * sizeof(block_q8k)) : NULL;
     c->q = malloc(s.q * sizeof(float));
     c->k = malloc(s.k * sizeof(float));
     c->v = malloc(s.k * sizeof(float));
@@ -169,11 +170,11 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->out_x = malloc(s.out_x * sizeof(float));
     c->delta = malloc(s.out_x * sizeof(float));
     c->out_q.q = malloc(s.out_q * sizeof(block_q8x));
-    c->out_q.k = malloc(s.out_k * sizeof(block_q8k));
+    c->out_q.k = s.out_k ? malloc(s.out_k * sizeof(block_q8k)) : NULL;
     c->logits = calloc(s.logits, sizeof(float));
     c->pred_h = malloc(s.rank * sizeof(float));
     c->pred_hq.q = malloc((s.rank / QK + 1) * sizeof(block_q8x));
-    c->pred_hq.k = malloc((s.rank / QK_K + 1) * sizeof(block_q8k));
+    c->pred_hq.k = s.rank_k ? malloc(s.rank_k * sizeof(block_q8k)) : NULL;
     c->rank_stride = m->max_rank + QK;
     c->pred_out = malloc(s.ff * sizeof(float));
     c->active = malloc(s.ff * sizeof(int32_t));
@@ -182,10 +183,11 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->run_rows = calloc(s.runs, sizeof(int32_t));
     c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
     c->down_acc = malloc(s.per_thread * sizeof(float));
-    if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || !c->xq.k || !c->q || !c->k || !c->v || !c->gate ||
-        !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q || !c->out_q.k ||
-        !c->logits || !c->pred_h || !c->pred_hq.q || !c->pred_hq.k || !c->pred_out || !c->active || !c->active_rows ||
-        !c->run_acc || !c->run_rows || !c->down_acc || !c->ops || (s.embd && !c->embd)) {
+    if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
+        !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
+        (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
+        !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->down_acc || !c->ops ||
+        (s.embd && !c->embd)) {
         pi_context_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", n_ctx, need / 1048576.0);
     }

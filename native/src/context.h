@@ -28,7 +28,8 @@ struct pi_context {
     /* scratch for a batch of up to n_batch tokens (B) */
     float *x;           /* [B][n_embd]   residual stream */
     float *xn;          /* [B][max_dim]  normed input of attention / FFN, then attention output */
-    pi_act_store xq;    /* [B][max_dim/32] and [B][max_dim/256] quantized activations for the block formats */
+    pi_act_store xq;    /* [B][max_dim/32] and [B][max_dim/256] quantized activations for the block formats
+                         * (the Q8_K ones NULL without K-quant weights, as in out_q and pred_hq) */
     float *q;           /* [B][q_dim] */
     float *k, *v;       /* [B][kv_dim]   new keys/values before they enter the cache */
     float *gate, *up;   /* [B][n_ff]     gate is overwritten with the activation product */
@@ -79,6 +80,11 @@ enum { PI_LOGITS_NONE = 0, PI_LOGITS_LAST = 1, PI_LOGITS_ALL = 2 };
 /* Run the transformer on tokens[0..n) at positions ctx->n_past.. (n <= n_batch), appending
  * their keys and values to the cache and writing the logits that logits_mode asks for. */
 int pi_forward(pi_context *ctx, const int32_t *tokens, int n, int logits_mode);
+/* Where a step's logits go: from row pos0 on with PI_LOGITS_ALL, else row 0 (the last position's). */
+static inline float *pi_logits_rows(const pi_context *c, int pos0, int logits_mode) {
+    return c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * c->model->info.n_vocab : 0);
+}
+
 /* Every layer's steps and the logits on the CPU: ops[] and logits_op as a context starts. */
 void pi_forward_cpu_ops(pi_context *c);
 /* The CPU's blocks on c->x as it stands (the CPU steps bring the stream home first; the host

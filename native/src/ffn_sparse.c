@@ -34,7 +34,7 @@ pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot) {
     const int rank = (int)w->fc1.n_out;
     float *h = c->pred_h + (size_t)slot * c->rank_stride;
     const pi_act_store hq = { c->pred_hq.q + (size_t)slot * (c->rank_stride / QK),
-                              c->pred_hq.k + (size_t)slot * (c->rank_stride / QK_K) };
+                              c->pred_hq.k ? c->pred_hq.k + (size_t)slot * (c->rank_stride / QK_K) : NULL };
     c->kern.matmul[w->fc1.type](w->fc1.data, w->fc1.row_bytes, NULL, 0, rank, job->x, 1, h, rank);
     for (int i = 0; i < rank; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
     return pi_quantize(&c->kern, h, hq, 1, rank);

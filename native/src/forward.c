@@ -19,7 +19,6 @@ typedef struct {
     float *Y;             /* [nt][w->n_out] */
 } mm_target;
 
-
 typedef struct {
     const pi_kernels *kern;
     pi_act x;
@@ -159,14 +158,15 @@ static void norm(const pi_context *c, const float *x, const float *w, const floa
     add_bias(out, b, n, d);
 }
 
-/* The activation in every form the kernels take: float, and the 8-bit blocks d allows. */
+/* The activation in every form the kernels take: float, and the 8-bit blocks d allows (Q8_K only
+ * where the store has room for it: the model has K-quant weights). */
 pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int n, int d) {
     pi_act a = { x, NULL, NULL, d };
     if (d % QK == 0) {
         for (int t = 0; t < n; t++) k->quantize_act(x + (size_t)t * d, store.q + (size_t)t * (d / QK), d);
         a.q = store.q;
     }
-    if (d % QK_K == 0) {
+    if (d % QK_K == 0 && store.k) {
         for (int t = 0; t < n; t++) k->quantize_act_k(x + (size_t)t * d, store.k + (size_t)t * (d / QK_K), d);
         a.k = store.k;
     }
@@ -436,10 +436,10 @@ int pi_logits_block(pi_context *c, int n, int pos0, int logits_mode) {
     const pi_model *m = c->model;
     const int d = m->info.n_embd, first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
     const float *normed = c->out_x;
-    if (c->embd) normed = c->embd + (size_t)(c->n_past + first) * d; /* the embeddings are these rows */
+    if (c->embd) normed = c->embd + (size_t)(pos0 + first) * d; /* the embeddings are these rows */
     else norm(c, c->x + (size_t)first * d, m->output_norm, m->output_norm_b, c->out_x, n_out);
     pi_act a = pi_quantize(&c->kern, normed, c->out_q, n_out, d);
-    const mm_target out = { &m->output, c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * m->info.n_vocab : 0) };
+    const mm_target out = { &m->output, pi_logits_rows(c, pos0, logits_mode) };
     matmul(c, a, n_out, &out, 1);
     add_bias(out.Y, m->output_b, n_out, m->info.n_vocab);
     return PI_OK;
@@ -449,9 +449,9 @@ int pi_logits_block(pi_context *c, int n, int pos0, int logits_mode) {
 static void final_softcap(pi_context *c, int n, int pos0, int logits_mode) {
     const float cap = c->model->final_softcap;
     const size_t n_vocab = (size_t)c->model->info.n_vocab;
-    const int all = logits_mode == PI_LOGITS_ALL;
-    float *rows = c->logits + (all ? (size_t)pos0 * n_vocab : 0);
-    for (size_t i = 0; i < (all ? (size_t)n : 1) * n_vocab; i++) rows[i] = cap * tanhf(rows[i] / cap);
+    float *rows = pi_logits_rows(c, pos0, logits_mode);
+    const size_t count = (logits_mode == PI_LOGITS_ALL ? (size_t)n : 1) * n_vocab;
+    for (size_t i = 0; i < count; i++) rows[i] = cap * tanhf(rows[i] / cap);
 }
 
 static int cpu_logits(pi_context *c, int n, int pos0, int logits_mode) {

@@ -60,6 +60,7 @@ struct pi_model {
                                         * logits, where the metadata asks (Gemma 2's keys); 0: none */
     pi_layer *layers;       /* [n_layer] */
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
+    int kquant_weights;     /* some weight is a K-quant: activations are made in Q8_K too */
     int32_t max_rank;       /* largest predictor rank over the layers */
     float *vectors;         /* one allocation holding every norm and bias above, as f32 */
     int32_t *orders;        /* one allocation holding every layer's order */

@@ -26,7 +26,7 @@ typedef struct {
 struct pi_offload {
     const offload_backend *be;
     pi_context *c;
-    void *cuda;  /* pi_cuda_layers, for the CUDA device */
+    struct pi_cuda_layers *cuda; /* the CUDA device's layers (cuda/layers_cuda.h) */
     float *x;    /* [n_batch][n_embd] the stand-in's copy of the stream */
 };
 
@@ -132,9 +132,8 @@ static int cuda_ffn(struct pi_offload *o, int il, int n) {
 
 static int cuda_logits(struct pi_offload *o, int n, int pos0, int logits_mode) {
     char err[256];
-    const int all = logits_mode == PI_LOGITS_ALL;
-    float *logits = o->c->logits + (all ? (size_t)pos0 * o->c->model->info.n_vocab : 0);
-    return cuda_status(pi_cuda_logits(o->cuda, n, all ? 0 : n - 1, logits, err, sizeof err), err);
+    const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1;
+    return cuda_status(pi_cuda_logits(o->cuda, n, first, pi_logits_rows(o->c, pos0, logits_mode), err, sizeof err), err);
 }
 
 static void cuda_free(struct pi_offload *o) { pi_cuda_layers_free(o->cuda); }
