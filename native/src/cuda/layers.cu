@@ -12,7 +12,7 @@
 #include "cuda/decode.cuh"
 #include "cuda/layers_cuda.h"
 
-enum { WARPS = 8, THREADS = 256 };
+enum { WARPS = 8, THREADS = 256, MAX_HEAD_DIM = 1024 };
 
 struct dev_block { // q.data NULL: the layer is not on the device; gate.data NULL: its attention only
     dev_weight q, k, v, o, gate, up, down;
@@ -104,18 +104,18 @@ __global__ void k_store(const float *src, __half *dst, int count) {
 // probabilities too, as the CPU path and llama.cpp's f16 products do.
 __global__ void k_attention(const float *q, const __half *kc, const __half *vc, float *out, float *scores, int pos0,
                             int n_head, int group, int hd, int kv_dim, int window, int n_ctx, float softcap) {
-    __shared__ float shared[32];
+    __shared__ float shared[32], qh[MAX_HEAD_DIM]; // q rounded once, read by every position
     const int t = blockIdx.x / n_head, h = blockIdx.x % n_head, n_kv = pos0 + t + 1;
     const int first = window > 0 && n_kv > window ? n_kv - window : 0;
-    const float *qh = q + (size_t)blockIdx.x * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) qh[i] = __half2float(__float2half(q[(size_t)blockIdx.x * hd + i]));
+    __syncthreads();
     const __half *k = kc + (size_t)(h / group) * hd, *v = vc + (size_t)(h / group) * hd;
     float *s = scores + (size_t)blockIdx.x * n_ctx;
     const float scale = rsqrtf((float)hd);
     float max = -INFINITY;
     for (int p = first + threadIdx.x; p < n_kv; p += blockDim.x) {
         float dot = 0.0f;
-        for (int i = 0; i < hd; i++)
-            dot += __half2float(__float2half(qh[i])) * __half2float(k[(size_t)p * kv_dim + i]);
+        for (int i = 0; i < hd; i++) dot += qh[i] * __half2float(k[(size_t)p * kv_dim + i]);
         s[p] = softcap > 0.0f ? softcap * tanhf(dot * scale / softcap) : dot * scale;
         max = fmaxf(max, s[p]);
     }
@@ -244,6 +244,8 @@ extern "C" int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, cons
     if (!g->blocks) return snprintf(err, err_len, "no memory for the CUDA layers"), -1;
     const pi_cuda_shape *s = shape;
     if (s->n_rot / 2 > 1024) return snprintf(err, err_len, "CUDA: n_rot %d is too large for the rope kernel", s->n_rot), -1;
+    if (s->head_dim > MAX_HEAD_DIM)
+        return snprintf(err, err_len, "CUDA: head_dim %d is too large for the attention kernel", s->head_dim), -1;
     TRY(cudaSetDevice(0), "selecting device 0");
     TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "creating a stream");
     for (int il = 0; il < n_blocks; il++)
