@@ -356,17 +356,25 @@ class _Machine:
         return any(stack and _accepts_some(self.rules[stack[-1][0]][stack[-1][1]][stack[-1][2]], first, last)
                    for stack in state)
 
+    def step(self, state: frozenset, partial, byte: int):
+        """(state, partial) after one byte of UTF-8, or None where it does not fit the grammar."""
+        decoded = _utf8_step(partial, byte)
+        if decoded is None:
+            return None
+        cp, partial = decoded
+        if cp is not None:
+            state = self.move(state, cp)
+            if not state:
+                return None
+        return state, partial
+
     def take_bytes(self, state: frozenset, partial, data: bytes):
         """(state, partial) after the bytes, or None where they do not fit the grammar."""
         for byte in data:
-            step = _utf8_step(partial, byte)
-            if step is None:
+            taken = self.step(state, partial, byte)
+            if taken is None:
                 return None
-            cp, partial = step
-            if cp is not None:
-                state = self.move(state, cp)
-                if not state:
-                    return None
+            state, partial = taken
         return state, partial
 
 
@@ -448,12 +456,11 @@ class LlamaGrammar:
         while todo:
             node, state, partial = todo.pop()
             for byte, child in trie.children[node].items():
-                step = _utf8_step(partial, byte)
-                if step is None:
+                taken = machine.step(state, partial, byte)
+                if taken is None:
                     continue
-                cp, nxt_partial = step
-                nxt = machine.move(state, cp) if cp is not None else state
-                if not nxt or (nxt_partial is not None and not machine.can_take_some(nxt, *_completions(nxt_partial))):
+                nxt, nxt_partial = taken
+                if nxt_partial is not None and not machine.can_take_some(nxt, *_completions(nxt_partial)):
                     continue
                 if trie.ends[child]:
                     mask[trie.ends[child]] = True
