@@ -14,17 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from reference import compare_logits  # noqa: E402
-from test_forward import real_text  # noqa: E402
-
-
-def teacher_forced(llm, tokens) -> np.ndarray:
-    llm.reset()
-    llm.eval(tokens)
-    return np.array(llm.scores[: len(tokens)], dtype=np.float64)
+from test_forward import real_text, teacher_forced  # noqa: E402
 
 
 def main() -> None:
