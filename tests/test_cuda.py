@@ -1,15 +1,20 @@
-"""The CUDA side of the hot/cold split against the CPU, for every weight type (needs a GPU).
+"""The CUDA side against the CPU and the numpy reference, for every weight type: the hot/cold
+split's device FFN, and layer offload (n_gpu_layers). Needs a CUDA device, or the build for the
+CPU emulator (cmake -DPI_CUDA_EMULATOR=ON, native/cuda_emulator), which runs these kernels on the
+CPU and is what CI runs them on.
 
-The device computes from float activations, the CPU from 8-bit ones for block formats, so the
-two agree within quantization noise rather than exactly; with F32 and F16 weights the
-difference is float rounding.
+The device computes from float activations, the CPU from 8-bit ones for block formats (Q8_K
+for K-quants, which on these random models moves logits by several percent), so the split is
+held to the CPU within quantization noise, and offload to the float reference: no further from
+it than the CPU is, and for whole-model offload within float and f16 rounding of it.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from synthetic import WEIGHT_TYPES, write_profiled_relu_falcon, write_profiled_relu_gguf
+from reference import ReferenceModel
+from synthetic import WEIGHT_TYPES, write_llama_gguf, write_profiled_relu_falcon, write_profiled_relu_gguf
 
 from pypowerinfer.model import NativeContext, NativeModel, cuda_device_count
 
@@ -65,32 +70,34 @@ def offload_logits(path, n_gpu_layers, n_batch=32):
         model.close()
 
 
+def assert_offload_near_the_reference(path, n_gpu_layers, n_batch, tol):
+    ref = ReferenceModel(str(path)).logits(list(TOKENS))
+    cpu, gpu = offload_logits(path, 0, n_batch), offload_logits(path, n_gpu_layers, n_batch)
+    scale = float(np.abs(ref).max())
+    # the layers left on the CPU bring its error; with everything offloaded only the device's own
+    cpu_err = float(np.abs(cpu - ref).max()) if n_gpu_layers != -1 else 0.0
+    gpu_err = float(np.abs(gpu - ref).max())
+    assert gpu_err <= tol * scale + cpu_err, (gpu_err / scale, cpu_err / scale)
+
+
 # of 3 layers: 1, all, and all with the output matrix (-1); in prompts of 32, 5 and 1 tokens
 @pytest.mark.parametrize("n_gpu_layers, n_batch", [(1, 32), (3, 5), (-1, 32), (-1, 1)])
 @pytest.mark.parametrize("weight_type", [*WEIGHT_TYPES, "Q4_K", "Q6_K"])
-def test_layer_offload_matches_the_cpu(weight_type, n_gpu_layers, n_batch, tmp_path):
-    from synthetic import write_llama_gguf
-
+def test_layer_offload_matches_the_reference(weight_type, n_gpu_layers, n_batch, tmp_path):
     k_rows = dict(n_embd=256, n_ff=512) if weight_type.endswith("_K") else {}  # K-quant rows are 256 long
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type=weight_type, n_layer=3, biases=True, **k_rows)
-    cpu, gpu = offload_logits(path, 0, n_batch), offload_logits(path, n_gpu_layers, n_batch)
-    tol = TOLERANCE.get(weight_type, 5e-2)
-    assert float(np.abs(gpu - cpu).max()) <= tol * float(np.abs(cpu).max()), weight_type
+    # float and f16 rounding: the KV cache and attention probabilities are f16 on both sides
+    assert_offload_near_the_reference(path, n_gpu_layers, n_batch, 1e-2)
 
 
 @pytest.mark.parametrize("variant", [dict(arch="qwen2", biases=True),
                                      dict(extra_kv={"llama.attention.sliding_window": 5})])
-def test_layer_offload_variants_match_the_cpu(variant, tmp_path):
-    from synthetic import write_llama_gguf
-
+def test_layer_offload_variants_match_the_reference(variant, tmp_path):
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **variant)
-    cpu, gpu = offload_logits(path, 0), offload_logits(path, -1)
-    assert float(np.abs(gpu - cpu).max()) <= 1e-4 * float(np.abs(cpu).max())
+    assert_offload_near_the_reference(path, -1, 32, 2e-3)
 
 
 def test_layer_offload_refuses_to_save_state(tmp_path):
-    from synthetic import write_llama_gguf
-
     model = NativeModel(str(write_llama_gguf(tmp_path / "m.gguf")))
     ctx = NativeContext(model, n_ctx=32, n_batch=8, n_threads=1, n_threads_batch=1, logits_all=False, n_gpu_layers=-1)
     try:

@@ -10,7 +10,9 @@ PI_API const char *pi_build_info(void) {
 #ifdef PI_HAVE_X86
            " x86"
 #endif
-#ifdef PI_HAVE_CUDA
+#ifdef PI_CUDA_EMULATOR
+           " cuda-emulator"
+#elif defined(PI_HAVE_CUDA)
            " cuda"
 #endif
 #ifdef PI_SANITIZE

@@ -25,6 +25,12 @@ static inline int cuda_fail(cudaError_t e, const char *what, char *err, size_t l
     return -1;
 }
 
+// kernel<<<grid, block, 0, stream>>>, spelled so that the CPU emulator's header
+// (native/cuda_emulator) can run the kernels where no GPU is
+#ifndef PI_LAUNCH
+#define PI_LAUNCH(kernel, grid, block, stream) kernel<<<grid, block, 0, stream>>>
+#endif
+
 // a CUDA call in a function with err/err_len: on failure, the message and -1
 #define TRY(call, what)                                                  \
     do {                                                                 \

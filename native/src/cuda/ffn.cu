@@ -129,11 +129,11 @@ extern "C" int pi_cuda_ffn_start(pi_cuda_ffn *f, int layer, const float *x, floa
     TRY(cudaMemcpyAsync(f->x, f->host_x, (size_t)f->n_embd * sizeof(float), cudaMemcpyHostToDevice, f->stream),
         "copying the input");
     TRY(cudaMemsetAsync(f->rows, 0, (size_t)L->hot_runs * sizeof(int32_t), f->stream), "clearing run counts");
-    k_hidden<<<(L->rank + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, 0, f->stream>>>(L->fc1, f->x, f->h);
-    k_select<<<(L->n_hot + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, 0, f->stream>>>(
+    PI_LAUNCH(k_hidden, (L->rank + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, f->stream)(L->fc1, f->x, f->h);
+    PI_LAUNCH(k_select, (L->n_hot + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, f->stream)(
         *L, f->x, f->h, threshold, f->act, f->run, f->a, f->rows);
     const dim3 grid((unsigned)L->hot_runs, (unsigned)((f->n_embd + DOWN_THREADS - 1) / DOWN_THREADS));
-    k_down<<<grid, DOWN_THREADS, 0, f->stream>>>(L->down_t, f->a, L->n_hot, f->run, f->n_embd, f->partial);
+    PI_LAUNCH(k_down, grid, DOWN_THREADS, f->stream)(L->down_t, f->a, L->n_hot, f->run, f->n_embd, f->partial);
     TRY(cudaGetLastError(), "launching the FFN kernels");
     TRY(cudaMemcpyAsync(f->host_partial, f->partial, (size_t)L->hot_runs * f->n_embd * sizeof(float),
                         cudaMemcpyDeviceToHost, f->stream), "copying run sums back");

@@ -150,15 +150,15 @@ __global__ void k_add(float *x, const float *delta, int count) {
 static unsigned blocks_for(int64_t count) { return (unsigned)((count + THREADS - 1) / THREADS); }
 
 static void matmul(const pi_cuda_layers *g, const dev_weight &w, const float *x, int n, float *y, const float *b) {
-    k_matmul<<<dim3((unsigned)((w.n_rows + WARPS - 1) / WARPS), (unsigned)n), WARPS * 32, 0, g->stream>>>(w, x, y, b);
+    PI_LAUNCH(k_matmul, dim3((unsigned)((w.n_rows + WARPS - 1) / WARPS), (unsigned)n), WARPS * 32, g->stream)(w, x, y, b);
 }
 
 static void rmsnorm(const pi_cuda_layers *g, const float *x, const float *w, float *out, int rows, int d) {
-    k_rmsnorm<<<(unsigned)rows, THREADS, 0, g->stream>>>(x, w, out, d, g->s.norm_eps);
+    PI_LAUNCH(k_rmsnorm, (unsigned)rows, THREADS, g->stream)(x, w, out, d, g->s.norm_eps);
 }
 
 static void add(const pi_cuda_layers *g, float *x, const float *delta, int count) {
-    k_add<<<blocks_for(count), THREADS, 0, g->stream>>>(x, delta, count);
+    PI_LAUNCH(k_add, blocks_for(count), THREADS, g->stream)(x, delta, count);
 }
 
 // x += attention(x) for n tokens at pos0.., as forward.c's attention_block
@@ -175,13 +175,13 @@ static void attention(pi_cuda_layers *g, int il, int n, int pos0) {
     if (L->k_norm) rmsnorm(g, g->k, L->k_norm, g->k, n * s->n_head_kv, hd);
     const float *freq = g->inv_freq + (L->rope_local ? half : 0);
     if (half > 0) {
-        k_rope<<<(unsigned)(n * s->n_head), (unsigned)half, 0, g->stream>>>(g->q, s->n_head, hd, half, pos0, freq, s->rope_neox);
-        k_rope<<<(unsigned)(n * s->n_head_kv), (unsigned)half, 0, g->stream>>>(g->k, s->n_head_kv, hd, half, pos0, freq,
+        PI_LAUNCH(k_rope, (unsigned)(n * s->n_head), (unsigned)half, g->stream)(g->q, s->n_head, hd, half, pos0, freq, s->rope_neox);
+        PI_LAUNCH(k_rope, (unsigned)(n * s->n_head_kv), (unsigned)half, g->stream)(g->k, s->n_head_kv, hd, half, pos0, freq,
                                                                                 s->rope_neox);
     }
-    k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->k, L->k_cache + (size_t)pos0 * kv_dim, n * kv_dim);
-    k_store<<<blocks_for(n * kv_dim), THREADS, 0, g->stream>>>(g->v, L->v_cache + (size_t)pos0 * kv_dim, n * kv_dim);
-    k_attention<<<(unsigned)(n * s->n_head), 128, 0, g->stream>>>(g->q, L->k_cache, L->v_cache, g->att, g->scores, pos0,
+    PI_LAUNCH(k_store, blocks_for(n * kv_dim), THREADS, g->stream)(g->k, L->k_cache + (size_t)pos0 * kv_dim, n * kv_dim);
+    PI_LAUNCH(k_store, blocks_for(n * kv_dim), THREADS, g->stream)(g->v, L->v_cache + (size_t)pos0 * kv_dim, n * kv_dim);
+    PI_LAUNCH(k_attention, (unsigned)(n * s->n_head), 128, g->stream)(g->q, L->k_cache, L->v_cache, g->att, g->scores, pos0,
                                                                  s->n_head, s->n_head / s->n_head_kv, hd, kv_dim,
                                                                  L->local ? s->swa_window : 0, s->n_ctx, s->attn_softcap);
     matmul(g, L->o, g->att, n, g->delta, L->o_b);
@@ -197,7 +197,7 @@ static void ffn(pi_cuda_layers *g, int il, int n) {
     rmsnorm(g, g->x, L->ffn_norm, g->xn, n, d);
     matmul(g, L->gate, g->xn, n, g->gate, L->gate_b);
     matmul(g, L->up, g->xn, n, g->up, L->up_b);
-    k_activate<<<blocks_for(n * s->n_ff), THREADS, 0, g->stream>>>(g->gate, g->up, n * s->n_ff, s->act);
+    PI_LAUNCH(k_activate, blocks_for(n * s->n_ff), THREADS, g->stream)(g->gate, g->up, n * s->n_ff, s->act);
     matmul(g, L->down, g->gate, n, g->delta, L->down_b);
     if (L->post_ffn_norm) rmsnorm(g, g->delta, L->post_ffn_norm, g->delta, n, d);
     add(g, g->x, g->delta, n * d);
