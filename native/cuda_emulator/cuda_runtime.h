@@ -105,7 +105,8 @@ template <class... P> struct launcher {
     }
 };
 
-template <class... P> launcher<P...> make_launcher(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, const char *n) {
+template <class... P>
+launcher<P...> make_launcher(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, const char *n) {
     return launcher<P...>{ k, grid, block, s, n };
 }
 } // namespace pi_emu

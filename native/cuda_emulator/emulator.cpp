@@ -298,7 +298,7 @@ std::string run_block(const std::function<void()> &body) {
         if (!ran && run.error.empty()) {
             unsigned at_sync = 0;
             for (const fiber &f : run.fibers) at_sync += f.st == AT_SYNC;
-            run.error = at_sync ? "__syncthreads that some threads of the block never reach (they returned or took another path)"
+            run.error = at_sync ? "__syncthreads that some threads of the block never reach"
                                 : "__shfl_xor_sync whose mask names lanes that returned or never reach it";
         }
     }
@@ -421,7 +421,8 @@ static cudaError_t release(std::map<uintptr_t, size_t> &map, void *p, const char
     if (!p) return cudaSuccess;
     device().drain(); // as cudaFree, it waits for the work that may still read the memory
     std::lock_guard<std::mutex> g(memory().lock);
-    if (!map.erase((uintptr_t)p)) return fail(cudaErrorInvalidValue, std::string(what) + " of memory it did not allocate");
+    if (!map.erase((uintptr_t)p))
+        return fail(cudaErrorInvalidValue, std::string(what) + " of memory it did not allocate");
     free(p);
     return cudaSuccess;
 }
@@ -438,8 +439,8 @@ static cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemc
                     : kind == cudaMemcpyDeviceToHost ? src_dev && !on_device(dst, 0)
                                                      : dst_dev && src_dev;
     if (!ok)
-        return fail(cudaErrorInvalidValue, "a copy of " + std::to_string(bytes) + " bytes (kind " + std::to_string(kind) +
-                                               ") outside the device allocations or in the wrong direction");
+        return fail(cudaErrorInvalidValue, "a copy of " + std::to_string(bytes) + " bytes (kind " +
+                                               std::to_string(kind) + ") outside the allocations or the wrong way");
     return cudaSuccess;
 }
 

@@ -150,7 +150,8 @@ __global__ void k_add(float *x, const float *delta, int count) {
 static unsigned blocks_for(int64_t count) { return (unsigned)((count + THREADS - 1) / THREADS); }
 
 static void matmul(const pi_cuda_layers *g, const dev_weight &w, const float *x, int n, float *y, const float *b) {
-    PI_LAUNCH(k_matmul, dim3((unsigned)((w.n_rows + WARPS - 1) / WARPS), (unsigned)n), WARPS * 32, g->stream)(w, x, y, b);
+    const dim3 grid((unsigned)((w.n_rows + WARPS - 1) / WARPS), (unsigned)n);
+    PI_LAUNCH(k_matmul, grid, WARPS * 32, g->stream)(w, x, y, b);
 }
 
 static void rmsnorm(const pi_cuda_layers *g, const float *x, const float *w, float *out, int rows, int d) {
@@ -175,15 +176,16 @@ static void attention(pi_cuda_layers *g, int il, int n, int pos0) {
     if (L->k_norm) rmsnorm(g, g->k, L->k_norm, g->k, n * s->n_head_kv, hd);
     const float *freq = g->inv_freq + (L->rope_local ? half : 0);
     if (half > 0) {
-        PI_LAUNCH(k_rope, (unsigned)(n * s->n_head), (unsigned)half, g->stream)(g->q, s->n_head, hd, half, pos0, freq, s->rope_neox);
-        PI_LAUNCH(k_rope, (unsigned)(n * s->n_head_kv), (unsigned)half, g->stream)(g->k, s->n_head_kv, hd, half, pos0, freq,
-                                                                                s->rope_neox);
+        const unsigned nq = (unsigned)(n * s->n_head), nk = (unsigned)(n * s->n_head_kv);
+        PI_LAUNCH(k_rope, nq, (unsigned)half, g->stream)(g->q, s->n_head, hd, half, pos0, freq, s->rope_neox);
+        PI_LAUNCH(k_rope, nk, (unsigned)half, g->stream)(g->k, s->n_head_kv, hd, half, pos0, freq, s->rope_neox);
     }
-    PI_LAUNCH(k_store, blocks_for(n * kv_dim), THREADS, g->stream)(g->k, L->k_cache + (size_t)pos0 * kv_dim, n * kv_dim);
-    PI_LAUNCH(k_store, blocks_for(n * kv_dim), THREADS, g->stream)(g->v, L->v_cache + (size_t)pos0 * kv_dim, n * kv_dim);
-    PI_LAUNCH(k_attention, (unsigned)(n * s->n_head), 128, g->stream)(g->q, L->k_cache, L->v_cache, g->att, g->scores, pos0,
-                                                                 s->n_head, s->n_head / s->n_head_kv, hd, kv_dim,
-                                                                 L->local ? s->swa_window : 0, s->n_ctx, s->attn_softcap);
+    const size_t cached = (size_t)pos0 * kv_dim;
+    PI_LAUNCH(k_store, blocks_for(n * kv_dim), THREADS, g->stream)(g->k, L->k_cache + cached, n * kv_dim);
+    PI_LAUNCH(k_store, blocks_for(n * kv_dim), THREADS, g->stream)(g->v, L->v_cache + cached, n * kv_dim);
+    PI_LAUNCH(k_attention, (unsigned)(n * s->n_head), 128, g->stream)(
+        g->q, L->k_cache, L->v_cache, g->att, g->scores, pos0, s->n_head, s->n_head / s->n_head_kv, hd, kv_dim,
+        L->local ? s->swa_window : 0, s->n_ctx, s->attn_softcap);
     matmul(g, L->o, g->att, n, g->delta, L->o_b);
     if (L->post_attn_norm) rmsnorm(g, g->delta, L->post_attn_norm, g->delta, n, d);
     add(g, g->x, g->delta, n * d);
