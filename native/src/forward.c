@@ -266,13 +266,13 @@ static void capture(const pi_context *c, float *buf, const float *rows, int il, 
 /* ---- FFN: dense, or over the neurons the predictor picks ---- */
 
 /* y = sum_j a[j] * row(j) of a weight stored one neuron per row (ffn_down_t), for PowerInfer's
- * files that lack ffn_down. Threads claim runs of neurons and sum into their own accumulator. */
+ * files that lack ffn_down. Thread ith takes runs ith, ith + nth, ... into its own accumulator:
+ * a fixed share, so that the sums, and the logits, are the same from run to run. */
 typedef struct {
     pi_context *c;
     const pi_weight *w;
     const float *a;
     int n;
-    atomic_int next;
 } down_task;
 
 enum { DOWN_RUN = 32 };
@@ -283,20 +283,16 @@ static void down_worker(void *arg, int ith, int nth) {
     const int d = (int)w->n_in;
     float *acc = t->c->down_acc + (size_t)ith * d;
     memset(acc, 0, (size_t)d * sizeof(float));
-    for (;;) {
-        const int j0 = atomic_fetch_add_explicit(&t->next, DOWN_RUN, memory_order_relaxed);
-        if (j0 >= t->n) return;
+    for (int j0 = ith * DOWN_RUN; j0 < t->n; j0 += nth * DOWN_RUN) {
         const int j1 = j0 + DOWN_RUN < t->n ? j0 + DOWN_RUN : t->n;
         /* the kernel skips ReLU zeros without reading their rows */
         t->c->kern.axpy_rows[w->type](w->data + (size_t)j0 * w->row_bytes, w->row_bytes, NULL, t->a + j0, j1 - j0,
                                       acc, d);
     }
-    (void)nth;
 }
 
 static void down_by_rows(pi_context *c, const pi_weight *w, const float *a, int n, float *y) {
     down_task t = { .c = c, .w = w, .a = a, .n = n };
-    atomic_init(&t.next, 0);
     const int nth = c->params.n_threads;
     pi_threadpool_run(c->pool, down_worker, &t, nth);
     const int d = (int)w->n_in;
