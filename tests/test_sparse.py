@@ -133,3 +133,27 @@ def test_pwri_llama_defaults_to_relu_and_the_activation_key_overrides(tmp_path):
     for path, act in ((pwri, "relu_glu"), (keyed, "relu_relu_glu"), (plain, "silu_glu")):
         from pypowerinfer.model import NativeModel
         assert NativeModel(path).info.ffn_act == act, path
+
+
+def test_dense_ffn_over_ffn_down_t_is_the_same_every_run(tmp_path):
+    """PowerInfer's files have only the transposed down matrix: the dense FFN sums its rows on
+    every thread, in shares fixed by the thread count (claimed dynamically, the rounding changed
+    from run to run)."""
+    from synthetic import write_profiled_ungated
+
+    from pypowerinfer.model import NativeContext, NativeModel
+
+    model = NativeModel(write_profiled_ungated(tmp_path, "Q8_0", arch="opt"))
+    tokens = np.array([5, 17, 200, 3, 99, 42, 7, 128], dtype=np.int32)
+    runs = []
+    try:
+        for _ in range(5):
+            ctx = NativeContext(model, n_ctx=32, n_batch=8, n_threads=2, n_threads_batch=2, logits_all=True, sparse=0)
+            try:
+                ctx.decode(tokens, 0)
+                runs.append(ctx.logits[: len(tokens)].copy())
+            finally:
+                ctx.close()
+    finally:
+        model.close()
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
