@@ -532,14 +532,14 @@ def powerinfer_layout(src, dst, rank: int = 16, exact: bool = False) -> str:
     return path
 
 
-def write_profiled_relu_falcon(folder, weight_type: str, *, n_ff: int = 256, n_layer: int = 2) -> str:
-    """ReluFalcon (an FFN without a gate) in PowerInfer's layout with the exact predictor, and
-    random profiled frequencies for placing its neurons."""
+def write_profiled_ungated(folder, weight_type: str, *, arch: str = "falcon", n_ff: int = 256, n_layer: int = 2) -> str:
+    """ReluFalcon or OPT (an FFN without a gate) in PowerInfer's layout with the exact predictor,
+    and random profiled frequencies for placing its neurons."""
     folder = Path(folder)
-    plain = write_llama_gguf(folder / f"falcon-{weight_type}.gguf", arch="falcon", weight_type=weight_type, n_ff=n_ff,
+    plain = write_llama_gguf(folder / f"{arch}-{weight_type}.gguf", arch=arch, weight_type=weight_type, n_ff=n_ff,
                              n_layer=n_layer)
     rng = np.random.default_rng(0)
     freqs = {f"blk.{il}.ffn_freq": rng.random(n_ff).astype(np.float32) for il in range(n_layer)}
-    profiled = rewrite_gguf(plain, folder / f"falcon-{weight_type}-freq.gguf", freqs)
-    return powerinfer_layout(profiled, folder / f"falcon-{weight_type}.powerinfer.gguf", exact=True)
+    profiled = rewrite_gguf(plain, folder / f"{arch}-{weight_type}-freq.gguf", freqs)
+    return powerinfer_layout(profiled, folder / f"{arch}-{weight_type}.powerinfer.gguf", exact=True)
 

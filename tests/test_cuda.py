@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from reference import ReferenceModel
-from synthetic import WEIGHT_TYPES, write_llama_gguf, write_profiled_relu_falcon, write_profiled_relu_gguf
+from synthetic import WEIGHT_TYPES, write_llama_gguf, write_profiled_relu_gguf, write_profiled_ungated
 
 from pypowerinfer.model import NativeContext, NativeModel, cuda_device_count
 
@@ -37,9 +37,12 @@ def logits(model, device, budget):
 
 @pytest.mark.parametrize("share", [0.8, 1.0])
 @pytest.mark.parametrize("weight_type", WEIGHT_TYPES)
-@pytest.mark.parametrize("writer", [write_profiled_relu_gguf, write_profiled_relu_falcon])  # gated, and not
-def test_cuda_split_matches_the_cpu(writer, weight_type, share, tmp_path):
-    model = NativeModel(writer(tmp_path, weight_type))
+@pytest.mark.parametrize("arch", ["llama", "falcon", "opt"])  # gated; ungated, parallel; ungated, LayerNorm
+def test_cuda_split_matches_the_cpu(arch, weight_type, share, tmp_path):
+    """The split: falcon's attention stays on the CPU (its parallel block holds the FFN), llama's
+    and opt's go to the device where the plan places them."""
+    model = NativeModel(write_profiled_ungated(tmp_path, weight_type, arch=arch) if arch != "llama"
+                        else write_profiled_relu_gguf(tmp_path, weight_type))
     try:
         budget = int(share * model.device_bytes())
         assert model.plan(budget).hot_neurons > 0
@@ -91,10 +94,23 @@ def test_layer_offload_matches_the_reference(weight_type, n_gpu_layers, n_batch,
 
 
 @pytest.mark.parametrize("variant", [dict(arch="qwen2", biases=True),
-                                     dict(extra_kv={"llama.attention.sliding_window": 5})])
+                                     dict(extra_kv={"llama.attention.sliding_window": 5}),
+                                     dict(arch="opt"),  # LayerNorm, biases, learned positions, ReLU without a gate
+                                     dict(arch="falcon"),  # LayerNorm, the parallel block, GELU without a gate
+                                     dict(arch="falcon", attn_norm_2=True)])  # falcon-40b's second norm
 def test_layer_offload_variants_match_the_reference(variant, tmp_path):
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", **variant)
     assert_offload_near_the_reference(path, -1, 32, 2e-3)
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q8_0"])
+def test_layer_offload_of_a_powerinfer_file(weight_type, tmp_path):
+    """PowerInfer's layout keeps only the transposed down matrix (ffn_down_t): the device reads it
+    by rows, skipping the neurons ReLU zeroes, as the CPU's dense path does."""
+    path = write_profiled_ungated(tmp_path, weight_type)
+    cpu, gpu = offload_logits(path, 0), offload_logits(path, -1)
+    tol = TOLERANCE.get(weight_type, 5e-2)
+    assert float(np.abs(gpu - cpu).max()) <= tol * float(np.abs(cpu).max())
 
 
 def test_layer_offload_refuses_to_save_state(tmp_path):

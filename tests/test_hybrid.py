@@ -114,9 +114,9 @@ def test_host_device_split_equals_the_cpu_exactly(model, share, threads):
 
 def test_host_split_of_an_ffn_without_a_gate_equals_the_cpu(tmp_path):
     """ReluFalcon in PowerInfer's layout, with profiled frequencies: the hot runs of up's rows."""
-    from synthetic import write_profiled_relu_falcon
+    from synthetic import write_profiled_ungated
 
-    m = NativeModel(write_profiled_relu_falcon(tmp_path, "Q8_0", n_ff=2 * RUN))
+    m = NativeModel(write_profiled_ungated(tmp_path, "Q8_0", n_ff=2 * RUN))
     try:
         budget = int(0.9 * m.device_bytes())
         assert m.plan(budget).hot_neurons > 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from synthetic import write_llama_gguf, write_profiled_relu_gguf
+from synthetic import write_llama_gguf, write_profiled_relu_gguf, write_profiled_ungated
 
 from pypowerinfer import Llama
 from pypowerinfer.model import NativeContext, NativeModel, cuda_device_count
@@ -55,11 +55,13 @@ def test_stand_in_keeps_the_output_home_for_embeddings(model):
     np.testing.assert_array_equal(dev, cpu)
 
 
-@pytest.mark.parametrize("share", [0.3, 0.8, 1.0])
-def test_stand_in_split_with_placed_attention_equals_the_cpu(tmp_path, share):
+# opt: LayerNorm's attention on the device (at 30% its plan places none)
+@pytest.mark.parametrize("arch, share", [("llama", 0.3), ("llama", 0.8), ("llama", 1.0), ("opt", 0.8), ("opt", 1.0)])
+def test_stand_in_split_with_placed_attention_equals_the_cpu(tmp_path, share, arch):
     """vram_budget with the stand-in: the attention of the layers the plan placed and the output
     run on the device side too, as with CUDA."""
-    m = NativeModel(write_profiled_relu_gguf(tmp_path, "Q8_0", n_ff=256))
+    m = NativeModel(write_profiled_relu_gguf(tmp_path, "Q8_0", n_ff=256) if arch == "llama"
+                    else write_profiled_ungated(tmp_path, "Q8_0", arch=arch))
     try:
         budget = int(share * m.device_bytes())
         plan = m.plan(budget)
@@ -83,11 +85,15 @@ def test_llama_takes_the_stand_in_and_refuses_a_state(tmp_path):
             llm.save_state()
 
 
-def test_stand_in_refuses_what_the_device_block_does_not_run(tmp_path):
-    m = NativeModel(str(write_llama_gguf(tmp_path / "m.gguf", arch="falcon")))
+@pytest.mark.parametrize("arch", ["opt", "falcon"])  # LayerNorm and biases; falcon's parallel block
+def test_stand_in_offload_of_layernorm_models_equals_the_cpu_exactly(arch, tmp_path):
+    m = NativeModel(str(write_llama_gguf(tmp_path / "m.gguf", arch=arch, n_layer=3)))
     try:
-        with pytest.raises(NotImplementedError, match="LayerNorm"):
-            logits(m, 12, device=DEVICE_HOST, n_gpu_layers=-1)
+        cpu, cpu_stats = logits(m, 5)
+        for n_gpu_layers in (1, -1):
+            dev, dev_stats = logits(m, 5, device=DEVICE_HOST, n_gpu_layers=n_gpu_layers)
+            np.testing.assert_array_equal(dev, cpu)
+            assert dev_stats == cpu_stats
     finally:
         m.close()
 

@@ -118,15 +118,20 @@ static int cuda_x_out(struct pi_offload *o, float *x, int n) {
     return cuda_status(pi_cuda_x_out(o->cuda, x, n, err, sizeof err), err);
 }
 
+/* the FFN's rows, dense, as the CPU counts them */
+static void count_ffn_rows(struct pi_offload *o, int n) { o->c->stats.ffn_rows_done += (int64_t)n * o->c->model->info.n_ff; }
+
 static int cuda_attention(struct pi_offload *o, int il, int n, int pos0) {
     char err[256];
-    return cuda_status(pi_cuda_layer_attention(o->cuda, il, n, pos0, err, sizeof err), err);
+    const int rc = cuda_status(pi_cuda_layer_attention(o->cuda, il, n, pos0, err, sizeof err), err);
+    if (!rc && o->c->model->parallel) count_ffn_rows(o, n); /* its FFN ran inside */
+    return rc;
 }
 
 static int cuda_ffn(struct pi_offload *o, int il, int n) {
     char err[256];
     const int rc = cuda_status(pi_cuda_layer_ffn(o->cuda, il, n, err, sizeof err), err);
-    if (!rc) o->c->stats.ffn_rows_done += (int64_t)n * o->c->model->info.n_ff; /* dense, as the CPU counts */
+    if (!rc) count_ffn_rows(o, n);
     return rc;
 }
 
@@ -146,7 +151,8 @@ static pi_cuda_weight view(const pi_weight *w) { return (pi_cuda_weight){ w->typ
 static pi_cuda_block block_of(const pi_layer *L, int whole) {
     pi_cuda_block b = {
         .attn_q = view(&L->attn_q), .attn_k = view(&L->attn_k), .attn_v = view(&L->attn_v),
-        .attn_output = view(&L->attn_output), .attn_norm = L->attn_norm, .attn_q_norm = L->attn_q_norm,
+        .attn_output = view(&L->attn_output), .attn_norm = L->attn_norm, .attn_norm_b = L->attn_norm_b,
+        .attn_q_norm = L->attn_q_norm,
         .attn_k_norm = L->attn_k_norm, .post_attn_norm = L->post_attn_norm, .attn_q_b = L->attn_q_b,
         .attn_k_b = L->attn_k_b, .attn_v_b = L->attn_v_b, .attn_output_b = L->attn_output_b, .local = L->local,
         .rope_local = L->rope_local,
@@ -155,7 +161,9 @@ static pi_cuda_block block_of(const pi_layer *L, int whole) {
         b.ffn_gate = view(&L->ffn_gate);
         b.ffn_up = view(&L->ffn_up);
         b.ffn_down = view(&L->ffn_down);
+        b.ffn_down_t = view(&L->ffn_down_t); /* read only without ffn_down */
         b.ffn_norm = L->ffn_norm;
+        b.ffn_norm_b = L->ffn_norm_b;
         b.post_ffn_norm = L->post_ffn_norm;
         b.ffn_gate_b = L->ffn_gate_b;
         b.ffn_up_b = L->ffn_up_b;
@@ -180,12 +188,14 @@ static int cuda_new(struct pi_offload *o, int first_whole, const uint8_t *attn, 
     pi_cuda_shape shape = {
         .n_embd = h->n_embd, .n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = m->head_dim,
         .n_ff = h->n_ff, .n_rot = h->n_rot, .n_ctx = (int32_t)c->n_ctx, .n_batch = (int32_t)c->n_batch,
-        .act = h->ffn_act, .rope_neox = m->rope_neox, .swa_window = m->swa_window, .norm_eps = h->norm_eps,
+        .act = h->ffn_act, .rope_neox = m->rope_neox, .swa_window = m->swa_window, .layer_norm = m->layer_norm,
+        .parallel = m->parallel, .norm_eps = h->norm_eps,
         .attn_softcap = m->attn_softcap, .inv_freq = c->inv_freq,
     };
     if (output) {
         shape.output = view(&m->output);
         shape.output_norm = m->output_norm;
+        shape.output_norm_b = m->output_norm_b;
         shape.output_b = m->output_b;
     }
     char err[256];
@@ -204,9 +214,6 @@ static int cuda_new(struct pi_offload *o, int first_whole, const uint8_t *attn, 
 
 /* ---- what goes on the device ---- */
 
-/* The device runs the llama block: RMSNorm, a sequential residual. */
-static int device_runs_the_block(const pi_model *m) { return !m->layer_norm && !m->parallel; }
-
 /* The device the context asked for (params.device: the stand-in, or CUDA) with layers
  * first_whole.. whole, the attention of each layer attn[il], and the logits with `output`;
  * then those steps point at it. */
@@ -220,7 +227,8 @@ static int place(pi_context *c, int first_whole, const uint8_t *attn, int output
     if (rc) return rc;
     for (int il = 0; il < c->model->info.n_layer; il++) {
         if (il >= first_whole || (attn && attn[il])) c->ops[il].attention = device_attention;
-        if (il >= first_whole) c->ops[il].ffn = device_ffn;
+        /* a parallel block's FFN runs inside its attention step; its own step stays empty */
+        if (il >= first_whole && !c->model->parallel) c->ops[il].ffn = device_ffn;
     }
     if (output) c->logits_op = device_logits;
     return PI_OK;
@@ -229,12 +237,9 @@ static int place(pi_context *c, int first_whole, const uint8_t *attn, int output
 static int layer_offload(pi_context *c, int first) {
     const pi_model *m = c->model;
     const int n_layer = m->info.n_layer, asked = c->params.n_gpu_layers;
-    if (!device_runs_the_block(m))
-        return pi_set_error(PI_ERR_UNSUPPORTED, "layer offload runs the llama block; '%s' uses %s", m->arch,
-                            m->layer_norm ? "LayerNorm" : "a parallel block");
     for (int il = first; il < n_layer; il++)
-        if (!m->layers[il].ffn_gate.data || !m->layers[il].ffn_down.data)
-            return pi_set_error(PI_ERR_UNSUPPORTED, "layer offload needs a gated FFN with ffn_down (layer %d)", il);
+        if (!m->layers[il].ffn_down.data && !m->layers[il].ffn_down_t.data)
+            return pi_set_error(PI_ERR_UNSUPPORTED, "layer offload needs ffn_down or ffn_down_t (layer %d)", il);
     /* the output too when every layer is offloaded and more asked (llama.cpp's n_layer + 1),
      * unless the host needs the final hidden states for embeddings */
     return place(c, first, NULL, first == 0 && (asked < 0 || asked > n_layer) && !c->embd);
@@ -255,7 +260,8 @@ int pi_offload_new(pi_context *c) {
 int pi_offload_fixed(pi_context *c, const pi_layer_placement *plan, const pi_placement_totals *totals) {
     const pi_model *m = c->model;
     const int n_layer = m->info.n_layer;
-    if (!device_runs_the_block(m)) return PI_OK;
+    /* a parallel block's attention step holds its FFN, which the split runs: both stay here */
+    if (m->parallel) return PI_OK;
     uint8_t *attn = calloc((size_t)(n_layer > 0 ? n_layer : 1), 1);
     if (!attn) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
     const int output = totals->output_on_device && !c->embd;

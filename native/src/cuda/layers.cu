@@ -1,10 +1,10 @@
 // layers.cu - layers on a CUDA device, whole or their attention alone, and the output matrix
 // (layers_cuda.h).
 //
-// The same block as forward.c's pi_forward, one kernel per step on one stream: RMSNorm, the
-// q/k/v, output and FFN matrices (a warp per row and token, decode.cuh), rope, the f16 KV cache,
-// attention (a thread block per token and head), the activation and the residual adds. Written
-// for clarity first.
+// The same block as forward.c's pi_forward, one kernel per step on one stream: RMSNorm or
+// LayerNorm, the q/k/v, output and FFN matrices (a warp per row and token, decode.cuh), rope, the
+// f16 KV cache, attention (a thread block per token and head), the activation and the residual
+// adds; falcon's parallel block runs its FFN inside the attention step. Written for clarity first.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,9 +14,9 @@
 
 enum { WARPS = 8, THREADS = 256, MAX_HEAD_DIM = 1024 };
 
-struct dev_block { // q.data NULL: the layer is not on the device; gate.data NULL: its attention only
-    dev_weight q, k, v, o, gate, up, down;
-    float *attn_norm, *ffn_norm, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
+struct dev_block { // q.data NULL: the layer is not on the device; up.data NULL: its attention only
+    dev_weight q, k, v, o, gate, up, down, down_t; // gate.data NULL: no gate; down.data NULL: down_t
+    float *attn_norm, *ffn_norm, *attn_norm_b, *ffn_norm_b, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
     float *q_b, *k_b, *v_b, *o_b, *gate_b, *up_b, *down_b;
     __half *k_cache, *v_cache; // [n_ctx][kv_dim]
     int local, rope_local;
@@ -32,7 +32,8 @@ struct pi_cuda_layers {
     float *inv_freq;                                     // [2][n_rot / 2]
     float *host_x;                                       // pinned [n_batch][n_embd]
     dev_weight output;                                   // data NULL: the output is the host's
-    float *output_norm, *output_b, *logits;              // logits [n_batch][n_vocab]
+    float *output_norm, *output_norm_b, *output_b;       // [n_embd], [n_embd], [n_vocab]
+    float *logits;                                       // [n_batch][n_vocab]
 };
 
 // ---- kernels ----
@@ -58,15 +59,22 @@ static __device__ float block_max(float v, float *shared) {
     return m;
 }
 
-// out[r] = x[r] / rms(x[r]) * w, one thread block per row of d
-__global__ void k_rmsnorm(const float *x, const float *w, float *out, int d, float eps) {
+// out[r] = x[r] / rms(x[r]) * w (+ b), or with layer_norm (x[r] - mean) / std * w (+ b): one
+// thread block per row of d
+__global__ void k_norm(const float *x, const float *w, const float *b, float *out, int d, float eps, int layer_norm) {
     __shared__ float shared[32];
     const float *xr = x + (size_t)blockIdx.x * d;
     float *orow = out + (size_t)blockIdx.x * d;
+    float mean = 0.0f;
+    if (layer_norm) {
+        float sum = 0.0f;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) sum += xr[i];
+        mean = block_sum(sum, shared) / d;
+    }
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
     const float inv = rsqrtf(block_sum(ss, shared) / d + eps);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = xr[i] * inv * w[i];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = (xr[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
 }
 
 // y[t][r] = dot(row r, x[t]) (+ b[r]), a warp per row; grid.y is the token
@@ -76,6 +84,18 @@ __global__ void k_matmul(dev_weight w, const float *x, float *y, const float *b)
     const int t = blockIdx.y;
     const float v = warp_dot(w, r, x + (size_t)t * w.n_in);
     if (threadIdx.x % 32 == 0) y[(size_t)t * w.n_rows + r] = v + (b ? b[r] : 0.0f);
+}
+
+// y[t][j] = sum over i of a[t][i] * w[i][j] (+ b[j]), w PowerInfer's transposed down matrix
+// [n_ff][n_embd]: a thread per j, skipping the rows of zero activations (ReLU's) unread
+__global__ void k_matmul_t(dev_weight w, const float *a, float *y, const float *b) {
+    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= w.n_in) return;
+    const float *at = a + (size_t)blockIdx.y * w.n_rows;
+    float s = b ? b[j] : 0.0f;
+    for (int64_t i = 0; i < w.n_rows; i++) // at[i] is the same for the whole warp: no divergence
+        if (at[i] != 0.0f) s += at[i] * pi_dw_row(w.type, w.data + (size_t)i * w.row_bytes, j);
+    y[(size_t)blockIdx.y * w.n_in + j] = s;
 }
 
 // RoPE on the first n_rot dims of each head of n tokens: pairs (2i, 2i + 1), or (i, i + n_rot/2)
@@ -154,24 +174,55 @@ static void matmul(const pi_cuda_layers *g, const dev_weight &w, const float *x,
     PI_LAUNCH(k_matmul, grid, WARPS * 32, g->stream)(w, x, y, b);
 }
 
+// RMSNorm, or LayerNorm with layer_norm; then the bias b when there is one
+static void norm(const pi_cuda_layers *g, const float *x, const float *w, const float *b, float *out, int rows, int d,
+                 int layer_norm) {
+    PI_LAUNCH(k_norm, (unsigned)rows, THREADS, g->stream)(x, w, b, out, d, g->s.norm_eps, layer_norm);
+}
+
+// the block's own norms (q/k per head, gemma3's post-norms): always RMSNorm, without a bias
 static void rmsnorm(const pi_cuda_layers *g, const float *x, const float *w, float *out, int rows, int d) {
-    PI_LAUNCH(k_rmsnorm, (unsigned)rows, THREADS, g->stream)(x, w, out, d, g->s.norm_eps);
+    norm(g, x, w, nullptr, out, rows, d, 0);
 }
 
 static void add(const pi_cuda_layers *g, float *x, const float *delta, int count) {
     PI_LAUNCH(k_add, blocks_for(count), THREADS, g->stream)(x, delta, count);
 }
 
-// x += attention(x) for n tokens at pos0.., as forward.c's attention_block
+// x += FFN(x), as forward.c's ffn_block dense: with a gate or not (the activation then takes up's
+// values), through ffn_down or PowerInfer's transposed ffn_down_t
+static void ffn(pi_cuda_layers *g, int il, int n) {
+    const pi_cuda_shape *s = &g->s;
+    const dev_block *L = &g->blocks[il];
+    const int d = s->n_embd;
+    norm(g, g->x, L->ffn_norm, L->ffn_norm_b, g->xn, n, d, s->layer_norm);
+    if (L->gate.data) matmul(g, L->gate, g->xn, n, g->gate, L->gate_b);
+    matmul(g, L->up, g->xn, n, L->gate.data ? g->up : g->gate, L->up_b);
+    const float *up = L->gate.data ? g->up : g->gate;
+    PI_LAUNCH(k_activate, blocks_for(n * s->n_ff), THREADS, g->stream)(g->gate, up, n * s->n_ff, s->act);
+    if (L->down.data) {
+        matmul(g, L->down, g->gate, n, g->delta, L->down_b);
+    } else {
+        const dim3 grid(blocks_for(d), (unsigned)n);
+        PI_LAUNCH(k_matmul_t, grid, THREADS, g->stream)(L->down_t, g->gate, g->delta, L->down_b);
+    }
+    if (L->post_ffn_norm) rmsnorm(g, g->delta, L->post_ffn_norm, g->delta, n, d);
+    add(g, g->x, g->delta, n * d);
+}
+
+// x += attention(x) for n tokens at pos0.., as forward.c's attention_block (with the FFN inside
+// in a parallel block)
 static void attention(pi_cuda_layers *g, int il, int n, int pos0) {
     const pi_cuda_shape *s = &g->s;
     const dev_block *L = &g->blocks[il];
     const int d = s->n_embd, hd = s->head_dim, kv_dim = s->n_head_kv * hd, half = s->n_rot / 2;
 
-    rmsnorm(g, g->x, L->attn_norm, g->xn, n, d);
+    norm(g, g->x, L->attn_norm, L->attn_norm_b, g->xn, n, d, s->layer_norm);
     matmul(g, L->q, g->xn, n, g->q, L->q_b);
     matmul(g, L->k, g->xn, n, g->k, L->k_b);
     matmul(g, L->v, g->xn, n, g->v, L->v_b);
+    // parallel block: the FFN reads the layer's input too; attention needs only q, k, v from here
+    if (s->parallel) ffn(g, il, n);
     if (L->q_norm) rmsnorm(g, g->q, L->q_norm, g->q, n * s->n_head, hd);
     if (L->k_norm) rmsnorm(g, g->k, L->k_norm, g->k, n * s->n_head_kv, hd);
     const float *freq = g->inv_freq + (L->rope_local ? half : 0);
@@ -191,33 +242,21 @@ static void attention(pi_cuda_layers *g, int il, int n, int pos0) {
     add(g, g->x, g->delta, n * d);
 }
 
-// x += FFN(x), as forward.c's ffn_block dense
-static void ffn(pi_cuda_layers *g, int il, int n) {
-    const pi_cuda_shape *s = &g->s;
-    const dev_block *L = &g->blocks[il];
-    const int d = s->n_embd;
-    rmsnorm(g, g->x, L->ffn_norm, g->xn, n, d);
-    matmul(g, L->gate, g->xn, n, g->gate, L->gate_b);
-    matmul(g, L->up, g->xn, n, g->up, L->up_b);
-    PI_LAUNCH(k_activate, blocks_for(n * s->n_ff), THREADS, g->stream)(g->gate, g->up, n * s->n_ff, s->act);
-    matmul(g, L->down, g->gate, n, g->delta, L->down_b);
-    if (L->post_ffn_norm) rmsnorm(g, g->delta, L->post_ffn_norm, g->delta, n, d);
-    add(g, g->x, g->delta, n * d);
-}
-
 // ---- host side ----
 
 static int upload_block(dev_block *L, const pi_cuda_block *b, const pi_cuda_shape *s, char *err, size_t err_len) {
-    const pi_cuda_weight *ws[7] = { &b->attn_q, &b->attn_k, &b->attn_v, &b->attn_output, &b->ffn_gate, &b->ffn_up, &b->ffn_down };
-    dev_weight *ds[7] = { &L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down };
-    for (int i = 0; i < 7; i++) {
+    const pi_cuda_weight *ws[8] = { &b->attn_q, &b->attn_k, &b->attn_v, &b->attn_output,
+                                    &b->ffn_gate, &b->ffn_up, &b->ffn_down, &b->ffn_down_t };
+    dev_weight *ds[8] = { &L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->down_t };
+    for (int i = 0; i < 8; i++) {
         if (ws[i]->host && !device_reads(ws[i]))
             return snprintf(err, err_len, "CUDA: weight type %u is not supported on the device", ws[i]->type), -1;
         if (upload(ds[i], ws[i], err, err_len)) return -1;
     }
     const int d = s->n_embd, hd = s->head_dim, q_dim = s->n_head * hd, kv_dim = s->n_head_kv * hd;
     const struct { float **dst; const float *src; int n; } vs[] = {
-        { &L->attn_norm, b->attn_norm, d }, { &L->ffn_norm, b->ffn_norm, d }, { &L->q_norm, b->attn_q_norm, hd },
+        { &L->attn_norm, b->attn_norm, d }, { &L->ffn_norm, b->ffn_norm, d }, { &L->attn_norm_b, b->attn_norm_b, d },
+        { &L->ffn_norm_b, b->ffn_norm_b, d }, { &L->q_norm, b->attn_q_norm, hd },
         { &L->k_norm, b->attn_k_norm, hd }, { &L->post_attn_norm, b->post_attn_norm, d },
         { &L->post_ffn_norm, b->post_ffn_norm, d }, { &L->q_b, b->attn_q_b, q_dim }, { &L->k_b, b->attn_k_b, kv_dim },
         { &L->v_b, b->attn_v_b, kv_dim }, { &L->o_b, b->attn_output_b, d }, { &L->gate_b, b->ffn_gate_b, s->n_ff },
@@ -265,7 +304,9 @@ extern "C" int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, cons
     if (s->output.host) {
         if (!device_reads(&s->output))
             return snprintf(err, err_len, "CUDA: output type %u is not supported on the device", s->output.type), -1;
-        if (upload(&g->output, &s->output, err, err_len) || upload_floats(&g->output_norm, s->output_norm, s->n_embd, err, err_len) ||
+        if (upload(&g->output, &s->output, err, err_len) ||
+            upload_floats(&g->output_norm, s->output_norm, s->n_embd, err, err_len) ||
+            upload_floats(&g->output_norm_b, s->output_norm_b, s->n_embd, err, err_len) ||
             upload_floats(&g->output_b, s->output_b, (int)s->output.n_rows, err, err_len))
             return -1;
         TRY(cudaMalloc(&g->logits, B * (size_t)s->output.n_rows * sizeof(float)), "allocating logits");
@@ -294,7 +335,7 @@ extern "C" int pi_cuda_x_out(pi_cuda_layers *g, float *x, int n, char *err, size
 
 // layer il holds what a step needs: its attention, and with ffn its FFN; the tokens fit
 static int check_step(const pi_cuda_layers *g, int il, int n, int pos0, int ffn, char *err, size_t err_len) {
-    if (il < 0 || il >= g->n_blocks || !g->blocks[il].q.data || (ffn && !g->blocks[il].gate.data))
+    if (il < 0 || il >= g->n_blocks || !g->blocks[il].q.data || (ffn && !g->blocks[il].up.data))
         return snprintf(err, err_len, "CUDA layers: the %s of layer %d is not on the device", ffn ? "FFN" : "attention", il), -1;
     if (n <= 0 || n > g->s.n_batch || pos0 < 0 || pos0 + n > g->s.n_ctx)
         return snprintf(err, err_len, "CUDA layers: %d tokens at %d do not fit the device buffers", n, pos0), -1;
@@ -319,7 +360,7 @@ extern "C" int pi_cuda_logits(pi_cuda_layers *g, int n, int first, float *logits
     if (!g->output.data || first < 0 || first >= n || n > g->s.n_batch)
         return snprintf(err, err_len, "CUDA layers: no output matrix on the device, or rows %d.. of %d", first, n), -1;
     const int d = g->s.n_embd, rows = n - first;
-    rmsnorm(g, g->x + (size_t)first * d, g->output_norm, g->xn, rows, d);
+    norm(g, g->x + (size_t)first * d, g->output_norm, g->output_norm_b, g->xn, rows, d, g->s.layer_norm);
     matmul(g, g->output, g->xn, rows, g->logits, g->output_b);
     TRY(cudaGetLastError(), "launching the output kernels");
     TRY(cudaMemcpyAsync(logits, g->logits, (size_t)rows * g->output.n_rows * sizeof(float), cudaMemcpyDeviceToHost,
@@ -333,13 +374,14 @@ extern "C" void pi_cuda_layers_free(pi_cuda_layers *g) {
     for (int il = 0; g->blocks && il < g->n_blocks; il++) {
         dev_block *L = &g->blocks[il];
         void *ps[] = { L->q.data, L->k.data, L->v.data, L->o.data, L->gate.data, L->up.data, L->down.data,
-                       L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm, L->post_attn_norm, L->post_ffn_norm,
+                       L->down_t.data, L->attn_norm, L->ffn_norm, L->attn_norm_b, L->ffn_norm_b, L->q_norm, L->k_norm,
+                       L->post_attn_norm, L->post_ffn_norm,
                        L->q_b, L->k_b, L->v_b, L->o_b, L->gate_b, L->up_b, L->down_b, L->k_cache, L->v_cache };
         for (void *p : ps) cudaFree(p);
     }
     free(g->blocks);
     void *bufs[] = { g->x, g->xn, g->q, g->k, g->v, g->att, g->delta, g->gate, g->up, g->scores, g->inv_freq,
-                     g->output.data, g->output_norm, g->output_b, g->logits };
+                     g->output.data, g->output_norm, g->output_norm_b, g->output_b, g->logits };
     for (void *p : bufs) cudaFree(p);
     cudaFreeHost(g->host_x);
     if (g->stream) cudaStreamDestroy(g->stream);

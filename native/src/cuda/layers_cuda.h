@@ -15,12 +15,15 @@
 extern "C" {
 #endif
 
-/* One layer of the llama block (with gemma3's extras), each vector [its row count] or NULL. A
- * weight whose host is NULL stays off the device: no attn_q, the layer is the host's; no FFN
- * weights, only its attention is the device's. */
+/* One layer, each vector [its row count] or NULL: the llama block with gemma3's extras, and the
+ * LayerNorm, bias and parallel-block forms of opt and falcon. A weight whose host is NULL stays
+ * off the device: no attn_q, the layer is the host's; no ffn_up, only its attention is the
+ * device's. The FFN has a gate or not (the activation then takes up), and ffn_down or only
+ * PowerInfer's transposed ffn_down_t [n_ff][n_embd]. */
 typedef struct {
-    pi_cuda_weight attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down;
+    pi_cuda_weight attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, ffn_down_t;
     const float *attn_norm, *ffn_norm;                     /* required */
+    const float *attn_norm_b, *ffn_norm_b;                 /* LayerNorm's biases */
     const float *attn_q_norm, *attn_k_norm;                /* [head_dim], per head */
     const float *post_attn_norm, *post_ffn_norm;
     const float *attn_q_b, *attn_k_b, *attn_v_b, *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b;
@@ -30,13 +33,15 @@ typedef struct {
 
 typedef struct {
     int32_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot, n_ctx, n_batch;
-    int32_t act;        /* PI_ACT_*: the gated activations */
+    int32_t act;        /* PI_ACT_* */
     int32_t rope_neox, swa_window;
+    int32_t layer_norm; /* LayerNorm (opt, falcon) where the llama block has RMSNorm */
+    int32_t parallel;   /* falcon: x + attention(norm(x)) + FFN(norm(x)), in the attention step */
     float norm_eps;
     float attn_softcap;    /* cap * tanh(score / cap) before the softmax; 0: none */
     const float *inv_freq; /* [2][n_rot / 2]: the global rope frequencies, then the local ones */
     pi_cuda_weight output; /* n_embd -> n_vocab on the device, or host NULL: the host's */
-    const float *output_norm, *output_b; /* [n_embd], [n_vocab] or NULL */
+    const float *output_norm, *output_norm_b, *output_b; /* [n_embd], [n_embd], [n_vocab] or NULL */
 } pi_cuda_shape;
 
 typedef struct pi_cuda_layers pi_cuda_layers;
@@ -48,7 +53,8 @@ int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, const pi_cuda_b
 /* The stream x [n][n_embd] onto the device, and back (which waits for the queued work). */
 int pi_cuda_x_in(pi_cuda_layers *g, const float *x, int n, char *err, size_t err_len);
 int pi_cuda_x_out(pi_cuda_layers *g, float *x, int n, char *err, size_t err_len);
-/* Queue x += attention(x) of layer il for the n tokens at pos0.., or x += FFN(x). */
+/* Queue x += attention(x) of layer il for the n tokens at pos0.. (and its FFN too in a parallel
+ * block, whose FFN step is then nothing), or x += FFN(x). */
 int pi_cuda_layer_attention(pi_cuda_layers *g, int il, int n, int pos0, char *err, size_t err_len);
 int pi_cuda_layer_ffn(pi_cuda_layers *g, int il, int n, char *err, size_t err_len);
 /* logits [n - first][n_vocab] = output(norm(x[first..n))), on the host when it returns. */
