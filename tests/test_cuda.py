@@ -50,7 +50,9 @@ def test_cuda_split_matches_the_cpu(arch, weight_type, share, tmp_path):
         gpu, gpu_stats = logits(model, 2, budget)
     finally:
         model.close()
-    tol = TOLERANCE.get(weight_type, 5e-2)
+    # a neuron within rounding of the predictor's threshold can fire on one side only (as it can
+    # between two CPU layouts): float weights are held to 1e-3, not to their rounding
+    tol = max(TOLERANCE.get(weight_type, 5e-2), 1e-3)
     scale = float(np.abs(cpu).max())
     assert float(np.abs(gpu - cpu).max()) <= tol * scale, weight_type
     # the same neurons fire, up to those whose gate is within quantization noise of zero

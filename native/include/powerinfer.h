@@ -175,8 +175,9 @@ PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_
                                const int32_t *rows, const float *a, int32_t n, float *y);
 /* out[0..n) = dequantized weights of one row of n weights. */
 PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_t n, float *out);
-/* The same row as the CUDA kernels decode it, weight by weight (cuda/weights.h), run on the host. */
-PI_API int pi_kernel_device_dequant(int32_t type, const void *row, int32_t n, float *out);
+/* The same row as the CUDA kernels decode it (cuda/weights.h), run on the host: weight by weight
+ * as the kernels reading columns do (units 0), or 32 at a time as the row dot products do (1). */
+PI_API int pi_kernel_device_dequant(int32_t type, int32_t units, const void *row, int32_t n, float *out);
 /* Bytes of one row of n weights of `type`; 0 when unsupported or n is not a block multiple. */
 PI_API uint64_t pi_type_row_bytes(int32_t type, int64_t n);
 

@@ -52,20 +52,36 @@ static __device__ inline float activate(int act, float g, float u) {
     }
 }
 
+enum { DOT_TILE = 8 }; // tokens whose dot products share one decoding of a row
+
+// acc[t] = dot(row r, x + t * stride) for t < nt <= DOT_TILE, over the warp: the lanes take
+// units of 32 weights in turn, each decoded once for every token; every lane returns the sums
+static __device__ void warp_dots(const dev_weight &w, int64_t r, const float *x, int64_t stride, int nt,
+                                 float acc[DOT_TILE]) {
+    const uint8_t *row = w.data + (size_t)r * w.row_bytes;
+    const int lane = threadIdx.x % 32;
+    const int64_t n = w.n_in, units = (n + 31) / 32;
+    for (int t = 0; t < DOT_TILE; t++) acc[t] = 0.0f;
+    for (int64_t u = lane; u < units; u += 32) {
+        float wu[32];
+        pi_dw_unit(w.type, row, u, n, wu);
+        const int count = n - 32 * u < 32 ? (int)(n - 32 * u) : 32;
+        for (int t = 0; t < nt; t++) {
+            const float *xu = x + t * stride + 32 * u;
+            float s = 0.0f;
+            for (int j = 0; j < count; j++) s += wu[j] * xu[j];
+            acc[t] += s;
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        for (int off = 16; off > 0; off /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
+}
+
 // dot(row r, x) over the warp; every lane returns the sum
 static __device__ float warp_dot(const dev_weight &w, int64_t r, const float *x) {
-    const uint8_t *row = w.data + (size_t)r * w.row_bytes;
-    const int lane = threadIdx.x % 32, n = (int)w.n_in;
-    float s = 0.0f;
-    if (pi_dw_is_float(w.type) || pi_dw_is_kquant(w.type)) { // a weight per lane
-        for (int i = lane; i < n; i += 32) s += pi_dw_row(w.type, row, i) * x[i];
-    } else { // a 32-weight block per lane
-        const size_t bb = pi_block_bytes((int)w.type);
-        for (int b = lane; b < n / 32; b += 32)
-            for (int j = 0; j < 32; j++) s += pi_dw_block(w.type, row + b * bb, j) * x[b * 32 + j];
-    }
-    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    return s;
+    float acc[DOT_TILE];
+    warp_dots(w, r, x, 0, 1, acc);
+    return acc[0];
 }
 
 // ---- uploads ----

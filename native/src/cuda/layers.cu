@@ -77,13 +77,16 @@ __global__ void k_norm(const float *x, const float *w, const float *b, float *ou
     for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = (xr[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
 }
 
-// y[t][r] = dot(row r, x[t]) (+ b[r]), a warp per row; grid.y is the token
-__global__ void k_matmul(dev_weight w, const float *x, float *y, const float *b) {
+// y[t][r] = dot(row r, x[t]) (+ b[r]) for the n tokens: a warp per row and tile of DOT_TILE
+// tokens (grid.y), which reads and decodes the row once for the tile
+__global__ void k_matmul(dev_weight w, const float *x, int n, float *y, const float *b) {
     const int64_t r = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32;
     if (r >= w.n_rows) return;
-    const int t = blockIdx.y;
-    const float v = warp_dot(w, r, x + (size_t)t * w.n_in);
-    if (threadIdx.x % 32 == 0) y[(size_t)t * w.n_rows + r] = v + (b ? b[r] : 0.0f);
+    const int t0 = blockIdx.y * DOT_TILE, nt = n - t0 < DOT_TILE ? n - t0 : DOT_TILE;
+    float acc[DOT_TILE];
+    warp_dots(w, r, x + (size_t)t0 * w.n_in, w.n_in, nt, acc);
+    if (threadIdx.x % 32) return;
+    for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * w.n_rows + r] = acc[t] + (b ? b[r] : 0.0f);
 }
 
 // y[t][j] = sum over i of a[t][i] * w[i][j] (+ b[j]), w PowerInfer's transposed down matrix
@@ -170,8 +173,8 @@ __global__ void k_add(float *x, const float *delta, int count) {
 static unsigned blocks_for(int64_t count) { return (unsigned)((count + THREADS - 1) / THREADS); }
 
 static void matmul(const pi_cuda_layers *g, const dev_weight &w, const float *x, int n, float *y, const float *b) {
-    const dim3 grid((unsigned)((w.n_rows + WARPS - 1) / WARPS), (unsigned)n);
-    PI_LAUNCH(k_matmul, grid, WARPS * 32, g->stream)(w, x, y, b);
+    const dim3 grid((unsigned)((w.n_rows + WARPS - 1) / WARPS), (unsigned)((n + DOT_TILE - 1) / DOT_TILE));
+    PI_LAUNCH(k_matmul, grid, WARPS * 32, g->stream)(w, x, n, y, b);
 }
 
 // RMSNorm, or LayerNorm with layer_norm; then the bias b when there is one

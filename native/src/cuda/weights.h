@@ -1,8 +1,9 @@
-/* weights.h - one weight of a row, in any type the CUDA kernels read, decoded on its own: plain
- * C that nvcc compiles for the device (decode.cuh) and the host compiles for the tests
- * (kernels/api.c's pi_kernel_device_dequant), so the device's decoding is checked against the
- * CPU's on machines without a GPU. Each weight is computed as the CPU's dequantization does,
- * the same float operations in the same order. */
+/* weights.h - the weights of a row, in any type the CUDA kernels read: one on its own
+ * (pi_dw_row, for kernels that read a column), or a unit of 32 at once with its scales decoded
+ * once (pi_dw_unit, for the row dot products). Plain C that nvcc compiles for the device
+ * (decode.cuh) and the host compiles for the tests (kernels/api.c's pi_kernel_device_dequant),
+ * so the device's decoding is checked against the CPU's on machines without a GPU. Each weight
+ * is computed as the CPU's dequantization does, the same float operations in the same order. */
 #ifndef PI_CUDA_WEIGHTS_H
 #define PI_CUDA_WEIGHTS_H
 #include "quants.h"
@@ -28,56 +29,94 @@ static inline PI_HOST_DEVICE uint32_t pi_dw_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* weight j (0..31) of a 32-weight block: w = d * q + m, the offset folded into q */
-static inline PI_HOST_DEVICE float pi_dw_block(uint32_t type, const uint8_t *b, int j) {
-    const int lo = j < 16, k = j & 15;
+/* the 4-bit field of weight j (0..31) in a block's 16 bytes qs: low nibbles first */
+static inline PI_HOST_DEVICE int pi_dw_nibble(const uint8_t *qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
+
+/* weight j's 4 bits and its fifth from the block's 32-bit qh */
+static inline PI_HOST_DEVICE int pi_dw_five(const uint8_t *qs, uint32_t qh, int j) {
+    return pi_dw_nibble(qs, j) | (int)((qh >> j) & 1) << 4;
+}
+
+/* weight j (0..31) of a 32-weight block, from its scale d and offset m (the formats without
+ * one: m unused): w = d * q + m, the offset folded into q */
+static inline PI_HOST_DEVICE float pi_dw_block_weight(uint32_t type, const uint8_t *b, float d, float m, int j) {
     switch (type) {
-    case PI_TYPE_Q4_0: return pi_dw_f16(b) * (float)((lo ? b[2 + k] & 15 : b[2 + k] >> 4) - 8);
-    case PI_TYPE_Q4_1: return pi_dw_f16(b) * (float)(lo ? b[4 + k] & 15 : b[4 + k] >> 4) + pi_dw_f16(b + 2);
-    case PI_TYPE_Q5_0: {
-        const int q = (lo ? b[6 + k] & 15 : b[6 + k] >> 4) | (int)((pi_dw_u32(b + 2) >> j) & 1) << 4;
-        return pi_dw_f16(b) * (float)(q - 16);
+    case PI_TYPE_Q4_0: return d * (float)(pi_dw_nibble(b + 2, j) - 8);
+    case PI_TYPE_Q4_1: return d * (float)pi_dw_nibble(b + 4, j) + m;
+    case PI_TYPE_Q5_0: return d * (float)(pi_dw_five(b + 6, pi_dw_u32(b + 2), j) - 16);
+    case PI_TYPE_Q5_1: return d * (float)pi_dw_five(b + 8, pi_dw_u32(b + 4), j) + m;
+    default: return d * (float)(int8_t)b[2 + j]; /* PI_TYPE_Q8_0 */
     }
-    case PI_TYPE_Q5_1: {
-        const int q = (lo ? b[8 + k] & 15 : b[8 + k] >> 4) | (int)((pi_dw_u32(b + 4) >> j) & 1) << 4;
-        return pi_dw_f16(b) * (float)q + pi_dw_f16(b + 2);
-    }
-    default: return pi_dw_f16(b) * (float)(int8_t)b[2 + j]; /* PI_TYPE_Q8_0 */
-    }
+}
+
+/* the block's offset m, where its format has one */
+static inline PI_HOST_DEVICE float pi_dw_block_offset(uint32_t type, const uint8_t *b) {
+    return type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_1 ? pi_dw_f16(b + 2) : 0.0f;
+}
+
+static inline PI_HOST_DEVICE float pi_dw_block(uint32_t type, const uint8_t *b, int j) {
+    return pi_dw_block_weight(type, b, pi_dw_f16(b), pi_dw_block_offset(type, b), j);
 }
 
 /* the 2-bit field of weight i in Q2_K / Q3_K's qs: bits 2s.. of byte 32h + j, i = 128h + 32s + j */
 static inline PI_HOST_DEVICE int pi_dw_crumb(const uint8_t *qs, int i) { return (qs[(i / 128) * 32 + i % 32] >> (2 * (i % 128 / 32))) & 3; }
 
-/* weight i (0..255) of a K-quant super-block, as kernels/kquants.h lays the formats out:
- * d * scale * (q - offset) - dmin * min */
-static inline PI_HOST_DEVICE float pi_dw_kquant(uint32_t type, const uint8_t *b, int i) {
-    const int g = i / 16, j = i % 32;
+/* A K-quant super-block's weight i (0..255) is ds * q - dm, as kernels/kquants.h lays the
+ * formats out: ds = d * scale and dm = dmin * min of its group of 16 (Q2_K, Q3_K, Q6_K) or 32
+ * (Q4_K, Q5_K) weights, q its offset quant. */
+typedef struct {
+    float ds, dm;
+} pi_dw_scale;
+
+/* the scale and min of the group holding weight i */
+static inline PI_HOST_DEVICE pi_dw_scale pi_dw_kquant_scale(uint32_t type, const uint8_t *b, int i) {
+    const int g = i / 16;
+    pi_dw_scale r = { 0.0f, 0.0f };
     switch (type) {
     case PI_TYPE_Q2_K:
-        return pi_dw_f16(b + 80) * (float)(b[g] & 15) * (float)pi_dw_crumb(b + 16, i) - pi_dw_f16(b + 82) * (float)(b[g] >> 4);
+        r.ds = pi_dw_f16(b + 80) * (float)(b[g] & 15);
+        r.dm = pi_dw_f16(b + 82) * (float)(b[g] >> 4);
+        break;
     case PI_TYPE_Q3_K: {
         const uint8_t *sc = b + 96;
         const int scale = (((sc[g % 8] >> (4 * (g / 8))) & 15) | (((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
-        const int q = pi_dw_crumb(b + 32, i) | ((b[j] >> (i / 32)) & 1) << 2;
-        return pi_dw_f16(b + 108) * (float)scale * (float)(q - 4);
+        r.ds = pi_dw_f16(b + 108) * (float)scale;
+        break;
     }
     case PI_TYPE_Q4_K:
     case PI_TYPE_Q5_K: { /* sub-block l = i / 32: 6-bit scale and min in bytes 4..15 */
-        const int l = i / 32, five = type == PI_TYPE_Q5_K;
-        const uint8_t *s = b + 4, *qs = b + (five ? 48 : 16);
+        const int l = i / 32;
+        const uint8_t *s = b + 4;
         const int sc = l < 4 ? s[l] & 63 : (s[l + 4] & 15) | ((s[l - 4] >> 2) & 0x30);
         const int m = l < 4 ? s[l + 4] & 63 : (s[l + 4] >> 4) | ((s[l] >> 2) & 0x30);
-        const int q = ((qs[(l / 2) * 32 + j] >> (4 * (l % 2))) & 15) | (five ? ((b[16 + j] >> l) & 1) << 4 : 0);
-        return pi_dw_f16(b) * (float)sc * (float)q - pi_dw_f16(b + 2) * (float)m;
+        r.ds = pi_dw_f16(b) * (float)sc;
+        r.dm = pi_dw_f16(b + 2) * (float)m;
+        break;
     }
+    default: r.ds = pi_dw_f16(b + 208) * (float)(int8_t)b[192 + g]; /* PI_TYPE_Q6_K */
+    }
+    return r;
+}
+
+/* weight i's quant, less the format's offset (Q3_K's 4, Q6_K's 32) */
+static inline PI_HOST_DEVICE int pi_dw_kquant_q(uint32_t type, const uint8_t *b, int i) {
+    const int j = i % 32, l = i / 32;
+    switch (type) {
+    case PI_TYPE_Q2_K: return pi_dw_crumb(b + 16, i);
+    case PI_TYPE_Q3_K: return (pi_dw_crumb(b + 32, i) | ((b[j] >> l) & 1) << 2) - 4;
+    case PI_TYPE_Q4_K: return (b[16 + (l / 2) * 32 + j] >> (4 * (l % 2))) & 15;
+    case PI_TYPE_Q5_K: return ((b[48 + (l / 2) * 32 + j] >> (4 * (l % 2))) & 15) | ((b[16 + j] >> l) & 1) << 4;
     default: { /* PI_TYPE_Q6_K: i = 128h + 32 part + j */
         const int h = i / 128, part = i % 128 / 32;
         const int low = (b[h * 64 + (part % 2) * 32 + j] >> (4 * (part / 2))) & 15;
-        const int q = low | ((b[128 + h * 32 + j] >> (2 * part)) & 3) << 4;
-        return pi_dw_f16(b + 208) * (float)(int8_t)b[192 + g] * (float)(q - 32);
+        return (low | ((b[128 + h * 32 + j] >> (2 * part)) & 3) << 4) - 32;
     }
     }
+}
+
+static inline PI_HOST_DEVICE float pi_dw_kquant(uint32_t type, const uint8_t *b, int i) {
+    const pi_dw_scale s = pi_dw_kquant_scale(type, b, i);
+    return s.ds * (float)pi_dw_kquant_q(type, b, i) - s.dm;
 }
 
 /* The types the device kernels decode. */
@@ -119,6 +158,24 @@ static inline PI_HOST_DEVICE float pi_dw_row(uint32_t type, const uint8_t *row, 
         if (pi_dw_is_kquant(type))
             return pi_dw_kquant(type, row + (size_t)(i / 256) * pi_dw_superblock_bytes(type), (int)(i % 256));
         return pi_dw_block(type, row + (size_t)(i / 32) * pi_block_bytes((int)type), (int)(i % 32));
+    }
+}
+
+/* weights [32u, 32u + 32) of a row of n into w, each as pi_dw_row computes it, the scales
+ * decoded once per unit (a 32-weight block, or a sub-block of a K-quant super-block); past the
+ * row's end (float rows need not be whole units) 0 */
+static inline PI_HOST_DEVICE void pi_dw_unit(uint32_t type, const uint8_t *row, int64_t u, int64_t n, float w[32]) {
+    if (pi_dw_is_float(type)) {
+        for (int j = 0; j < 32; j++) w[j] = 32 * u + j < n ? pi_dw_row(type, row, 32 * u + j) : 0.0f;
+    } else if (pi_dw_is_kquant(type)) {
+        const uint8_t *b = row + (size_t)(u / 8) * pi_dw_superblock_bytes(type);
+        const int i0 = (int)(u % 8) * 32;
+        pi_dw_scale s[2] = { pi_dw_kquant_scale(type, b, i0), pi_dw_kquant_scale(type, b, i0 + 16) };
+        for (int j = 0; j < 32; j++) w[j] = s[j / 16].ds * (float)pi_dw_kquant_q(type, b, i0 + j) - s[j / 16].dm;
+    } else {
+        const uint8_t *b = row + (size_t)u * pi_block_bytes((int)type);
+        const float d = pi_dw_f16(b), m = pi_dw_block_offset(type, b);
+        for (int j = 0; j < 32; j++) w[j] = pi_dw_block_weight(type, b, d, m, j);
     }
 }
 

@@ -88,13 +88,21 @@ PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_
     return PI_OK;
 }
 
-PI_API int pi_kernel_device_dequant(int32_t type, const void *row, int32_t n, float *out) {
+PI_API int pi_kernel_device_dequant(int32_t type, int32_t units, const void *row, int32_t n, float *out) {
     const pi_type_info *info;
     int rc = row_type(type, n, &info);
     if (rc != PI_OK) return rc;
     if (!pi_dw_reads((uint32_t)type))
         return pi_set_error(PI_ERR_UNSUPPORTED, "the CUDA kernels do not read %s", pi_type_name((uint32_t)type));
     if (!row || !out) return pi_set_error(PI_ERR_ARG, "pi_kernel_device_dequant: NULL row or output");
-    for (int32_t i = 0; i < n; i++) out[i] = pi_dw_row((uint32_t)type, row, i);
+    if (!units) {
+        for (int32_t i = 0; i < n; i++) out[i] = pi_dw_row((uint32_t)type, row, i);
+        return PI_OK;
+    }
+    for (int32_t u = 0; 32 * u < n; u++) {
+        float w[32];
+        pi_dw_unit((uint32_t)type, row, u, n, w);
+        for (int j = 0; j < 32 && 32 * u + j < n; j++) out[32 * u + j] = w[j];
+    }
     return PI_OK;
 }
