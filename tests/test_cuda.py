@@ -10,6 +10,8 @@ it than the CPU is, and for whole-model offload within float and f16 rounding of
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -125,3 +127,20 @@ def test_layer_offload_refuses_to_save_state(tmp_path):
     finally:
         ctx.close()
         model.close()
+
+
+def test_layer_offload_of_the_default_model_follows_llama_cpp(smollm2_path, smollm2_ref):
+    """SmolLM2 (Q4_1, grouped-query attention, 49152-token tied output) wholly on the device,
+    teacher-forced: as close to llama.cpp as the CPU is (it computes from float activations,
+    llama.cpp from 8-bit ones, so near-ties flip; KL is the bound)."""
+    from pypowerinfer import Llama
+    from reference import compare_logits
+    from test_forward import real_text, teacher_forced
+
+    tokens = smollm2_ref.tokenize(real_text().encode(), add_bos=False)[:40]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to the CPU
+        llm = Llama(str(smollm2_path), n_ctx=64, n_batch=64, logits_all=True, verbose=False, n_gpu_layers=-1)
+    with llm:
+        stats = compare_logits(teacher_forced(smollm2_ref, tokens), teacher_forced(llm, tokens))
+    assert stats["kl_mean"] < 0.01 and stats["top1"] >= 0.9, stats
