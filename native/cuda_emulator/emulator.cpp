@@ -18,6 +18,11 @@
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
+#if defined(__SANITIZE_ADDRESS__) // told of every stack switch, AddressSanitizer checks the kernels too
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define PI_EMU_ASAN 1
+#endif
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 
@@ -171,36 +176,56 @@ pi_emu_switch:
     ret
     .size pi_emu_switch, .-pi_emu_switch
 )");
+#endif
 
+// a thread's registers, and for AddressSanitizer the stack it runs on (the scheduler's is learnt
+// when a fiber first starts)
 struct context {
+#if defined(__x86_64__)
     void *sp = nullptr;
+#else
+    ucontext_t uc;
+#endif
+    const void *stack = nullptr;
+    size_t stack_bytes = 0;
+    void *fake_stack = nullptr;
 };
 
 // a context that enters f on the stack [base, base + size)
 void context_init(context &c, char *base, size_t size, void (*f)()) {
+#if defined(PI_EMU_ASAN)
+    ASAN_UNPOISON_MEMORY_REGION(base, size); // a stack reused from a block that stopped midway
+#endif
+    c.stack = base;
+    c.stack_bytes = size;
+#if defined(__x86_64__)
     uint64_t *sp = (uint64_t *)((uintptr_t)(base + size) & ~(uintptr_t)15);
     *--sp = 0;               // f's return address: it never returns
     *--sp = (uint64_t)f;     // where pi_emu_switch's ret goes, the stack then as after a call
     for (int i = 0; i < 6; i++) *--sp = 0; // the registers it pops
     c.sp = sp;
-}
-
-void context_switch(context &from, context &to) { pi_emu_switch(&from.sp, to.sp); }
 #else
-struct context {
-    ucontext_t uc;
-};
-
-void context_init(context &c, char *base, size_t size, void (*f)()) {
     getcontext(&c.uc);
     c.uc.uc_stack.ss_sp = base;
     c.uc.uc_stack.ss_size = size;
     c.uc.uc_link = nullptr;
     makecontext(&c.uc, f, 0);
+#endif
 }
 
-void context_switch(context &from, context &to) { swapcontext(&from.uc, &to.uc); }
+void context_switch(context &from, context &to) {
+#if defined(PI_EMU_ASAN)
+    __sanitizer_start_switch_fiber(&from.fake_stack, to.stack, to.stack_bytes);
 #endif
+#if defined(__x86_64__)
+    pi_emu_switch(&from.sp, to.sp);
+#else
+    swapcontext(&from.uc, &to.uc);
+#endif
+#if defined(PI_EMU_ASAN)
+    __sanitizer_finish_switch_fiber(from.fake_stack, nullptr, nullptr); // back in `from`
+#endif
+}
 
 enum { MAX_THREADS = 1024, STACK_BYTES = 128 << 10, GUARD_BYTES = 4096 };
 enum state { READY, AT_SHUFFLE, AT_SYNC, DONE };
@@ -238,6 +263,9 @@ void yield() { context_switch(run.fibers[run.current].ctx, run.scheduler); }
 }
 
 void fiber_main() {
+#if defined(PI_EMU_ASAN) // entered from the scheduler, whose stack this names
+    __sanitizer_finish_switch_fiber(nullptr, &run.scheduler.stack, &run.scheduler.stack_bytes);
+#endif
     (*run.body)();
     run.fibers[run.current].st = DONE;
     yield();
