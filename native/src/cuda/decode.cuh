@@ -54,6 +54,14 @@ static __device__ inline float activate(int act, float g, float u) {
 
 enum { DOT_TILE = 8 }; // tokens whose dot products share one decoding of a row
 
+// a loop over a constant count, unrolled on the device so that the arrays it indexes stay in
+// registers (an index known only at run time would put them in local memory)
+#ifdef __CUDACC__
+#define PI_UNROLL _Pragma("unroll")
+#else
+#define PI_UNROLL
+#endif
+
 // acc[t] = dot(row r, x + t * stride) for t < nt <= DOT_TILE, over the warp: the lanes take
 // units of 32 weights in turn, each decoded once for every token; every lane returns the sums
 static __device__ void warp_dots(const dev_weight &w, int64_t r, const float *x, int64_t stride, int nt,
@@ -61,20 +69,25 @@ static __device__ void warp_dots(const dev_weight &w, int64_t r, const float *x,
     const uint8_t *row = w.data + (size_t)r * w.row_bytes;
     const int lane = threadIdx.x % 32;
     const int64_t n = w.n_in, units = (n + 31) / 32;
+    PI_UNROLL
     for (int t = 0; t < DOT_TILE; t++) acc[t] = 0.0f;
     for (int64_t u = lane; u < units; u += 32) {
         float wu[32];
         pi_dw_unit(w.type, row, u, n, wu);
         const int count = n - 32 * u < 32 ? (int)(n - 32 * u) : 32;
-        for (int t = 0; t < nt; t++) {
+        PI_UNROLL
+        for (int t = 0; t < DOT_TILE; t++) {
+            if (t >= nt) break;
             const float *xu = x + t * stride + 32 * u;
             float s = 0.0f;
             for (int j = 0; j < count; j++) s += wu[j] * xu[j];
             acc[t] += s;
         }
     }
-    for (int t = 0; t < nt; t++)
-        for (int off = 16; off > 0; off /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
+    PI_UNROLL
+    for (int t = 0; t < DOT_TILE; t++)
+        if (t < nt) // the same on every lane: the whole warp shuffles
+            for (int off = 16; off > 0; off /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
 }
 
 // dot(row r, x) over the warp; every lane returns the sum
