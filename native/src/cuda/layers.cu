@@ -199,9 +199,9 @@ static void ffn(pi_cuda_layers *g, int il, int n) {
     const dev_block *L = &g->blocks[il];
     const int d = s->n_embd;
     norm(g, g->x, L->ffn_norm, L->ffn_norm_b, g->xn, n, d, s->layer_norm);
+    float *up = L->gate.data ? g->up : g->gate; // without a gate, up goes where the activation is taken
     if (L->gate.data) matmul(g, L->gate, g->xn, n, g->gate, L->gate_b);
-    matmul(g, L->up, g->xn, n, L->gate.data ? g->up : g->gate, L->up_b);
-    const float *up = L->gate.data ? g->up : g->gate;
+    matmul(g, L->up, g->xn, n, up, L->up_b);
     PI_LAUNCH(k_activate, blocks_for(n * s->n_ff), THREADS, g->stream)(g->gate, up, n * s->n_ff, s->act);
     if (L->down.data) {
         matmul(g, L->down, g->gate, n, g->delta, L->down_b);
