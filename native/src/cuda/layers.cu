@@ -90,7 +90,9 @@ __global__ void k_matmul(dev_weight w, const float *x, int n, float *y, const fl
 }
 
 // y[t][j] = sum over i of a[t][i] * w[i][j] (+ b[j]), w PowerInfer's transposed down matrix
-// [n_ff][n_embd]: a thread per j, skipping the rows of zero activations (ReLU's) unread
+// [n_ff][n_embd]: a thread per j, skipping the rows of zero activations (ReLU's) unread. Only
+// n_embd threads a token: slow at decode, but only PowerInfer's own files (no ffn_down) take it,
+// and only in layer offload; our converter keeps ffn_down, the split reads by runs (ffn.cu)
 __global__ void k_matmul_t(dev_weight w, const float *a, float *y, const float *b) {
     const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= w.n_in) return;
