@@ -1,8 +1,9 @@
 /* device.h - the device side of the hot/cold split (ffn_sparse.h).
  *
  * A device holds its own copy of every layer's hot rows, laid out in the layer's order, and
- * computes a job's hot runs [0, hot_runs) into their run slots while the CPU threads compute
- * the cold ones. start returns at once; wait returns when the hot runs' slots are written. */
+ * computes a job's hot runs [0, hot_runs) while the CPU threads compute the cold ones. start
+ * returns at once; wait returns with the hot runs folded into slot 0 (pi_ffn_fold_hot): one
+ * vector to hand back, not one per run, and the same sum the merge would have made. */
 #ifndef PI_DEVICE_H
 #define PI_DEVICE_H
 #include "ffn_sparse.h"

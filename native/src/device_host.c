@@ -99,6 +99,7 @@ static void *device_main(void *arg) {
         const int slot = pi_threadpool_size(c->pool);
         const pi_act hq = pi_ffn_hidden(job, w, slot);
         for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r);
+        pi_ffn_fold_hot(c, job->hot_runs); /* handed back as a GPU hands its one vector */
         pthread_mutex_lock(&dev->lock);
         dev->busy = 0;
         pthread_cond_broadcast(&dev->cond);

@@ -92,6 +92,19 @@ static void cpu_worker(void *arg, int ith, int nth) {
     (void)nth;
 }
 
+void pi_ffn_fold_hot(pi_context *c, int hot_runs) {
+    const int d = c->model->info.n_embd;
+    float *sum = c->run_acc;
+    if (hot_runs <= 0) return;
+    if (!c->run_rows[0]) memset(sum, 0, (size_t)d * sizeof(float)); /* a run without neurons left it unwritten */
+    for (int r = 1; r < hot_runs; r++) {
+        if (!c->run_rows[r]) continue;
+        c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, sum, d);
+        c->run_rows[0] += c->run_rows[r];
+        c->run_rows[r] = 0;
+    }
+}
+
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
     const pi_layer *L = &c->model->layers[layer];
     const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;

@@ -38,6 +38,11 @@ pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot);
  * activation, and the sum of their down rows into the run's slot. Returns the neurons computed. */
 int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r);
 
+/* Runs [0, hot_runs) folded into slot 0 as the merge adds slots: their sum in run order (runs
+ * without neurons skipped) and their neurons in run_rows[0], the other counts 0, so that adding
+ * slot 0 and then the cold runs gives the bits of adding every run in turn. */
+void pi_ffn_fold_hot(pi_context *c, int hot_runs);
+
 /* delta[t] = FFN(xn[t]) through the predictors, on the CPU and the context's device: PI_OK, or
  * the device's error status */
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x);

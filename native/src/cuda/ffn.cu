@@ -22,9 +22,10 @@ struct pi_cuda_ffn {
     dev_layer *layers;
     cudaStream_t stream;
     cudaEvent_t done;
-    float *x, *h, *a, *partial; // device: input, hidden, activations [max_hot], run sums [max_runs][n_embd]
-    int32_t *rows;              // device: neurons computed per run
-    float *host_x, *host_partial; // pinned
+    float *x, *h, *a, *partial, *sum; // device: input, hidden, activations [max_hot], run sums
+                                      // [max_runs][n_embd], their sum [n_embd]
+    int32_t *rows;                    // device: neurons computed per run
+    float *host_x, *host_sum;         // pinned
     int32_t *host_rows;
 };
 
@@ -70,6 +71,17 @@ __global__ void k_down(dev_weight down_t, const float *a, int n_hot, int run, in
     partial[(size_t)r * n_embd + j] = s;
 }
 
+// sum[j] = the runs' partial[r][j] added in run order, skipping runs without neurons: the sum
+// the host's merge would make of them (device.h), handed back as one vector
+__global__ void k_fold(const float *partial, const int32_t *rows, int runs, int n_embd, float *sum) {
+    const int j = blockIdx.x * DOWN_THREADS + threadIdx.x;
+    if (j >= n_embd) return;
+    float s = 0.0f;
+    for (int r = 0; r < runs; r++)
+        if (rows[r]) s += partial[(size_t)r * n_embd + j];
+    sum[j] = s;
+}
+
 // ---- host side ----
 
 extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const pi_cuda_layer *layers,
@@ -112,9 +124,10 @@ extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const 
     TRY(cudaMalloc(&f->h, (size_t)(f->max_rank + 1) * sizeof(float)), "allocating the hidden layer");
     TRY(cudaMalloc(&f->a, (size_t)(f->max_hot + 1) * sizeof(float)), "allocating activations");
     TRY(cudaMalloc(&f->partial, ((size_t)max_runs * n_embd + 1) * sizeof(float)), "allocating run sums");
+    TRY(cudaMalloc(&f->sum, (size_t)n_embd * sizeof(float)), "allocating the runs' sum");
     TRY(cudaMalloc(&f->rows, ((size_t)max_runs + 1) * sizeof(int32_t)), "allocating run counts");
     TRY(cudaMallocHost(&f->host_x, (size_t)n_embd * sizeof(float)), "pinning the input");
-    TRY(cudaMallocHost(&f->host_partial, ((size_t)max_runs * n_embd + 1) * sizeof(float)), "pinning run sums");
+    TRY(cudaMallocHost(&f->host_sum, (size_t)n_embd * sizeof(float)), "pinning the runs' sum");
     TRY(cudaMallocHost(&f->host_rows, ((size_t)max_runs + 1) * sizeof(int32_t)), "pinning run counts");
     return 0;
 }
@@ -134,9 +147,10 @@ extern "C" int pi_cuda_ffn_start(pi_cuda_ffn *f, int layer, const float *x, floa
         *L, f->x, f->h, threshold, f->act, f->run, f->a, f->rows);
     const dim3 grid((unsigned)L->hot_runs, (unsigned)((f->n_embd + DOWN_THREADS - 1) / DOWN_THREADS));
     PI_LAUNCH(k_down, grid, DOWN_THREADS, f->stream)(L->down_t, f->a, L->n_hot, f->run, f->n_embd, f->partial);
+    PI_LAUNCH(k_fold, grid.y, DOWN_THREADS, f->stream)(f->partial, f->rows, L->hot_runs, f->n_embd, f->sum);
     TRY(cudaGetLastError(), "launching the FFN kernels");
-    TRY(cudaMemcpyAsync(f->host_partial, f->partial, (size_t)L->hot_runs * f->n_embd * sizeof(float),
-                        cudaMemcpyDeviceToHost, f->stream), "copying run sums back");
+    TRY(cudaMemcpyAsync(f->host_sum, f->sum, (size_t)f->n_embd * sizeof(float), cudaMemcpyDeviceToHost, f->stream),
+        "copying the runs' sum back");
     TRY(cudaMemcpyAsync(f->host_rows, f->rows, (size_t)L->hot_runs * sizeof(int32_t), cudaMemcpyDeviceToHost,
                         f->stream), "copying run counts back");
     TRY(cudaEventRecord(f->done, f->stream), "recording the event");
@@ -146,8 +160,11 @@ extern "C" int pi_cuda_ffn_start(pi_cuda_ffn *f, int layer, const float *x, floa
 extern "C" int pi_cuda_ffn_wait(pi_cuda_ffn *f, float *run_acc, int32_t *run_rows, char *err, size_t err_len) {
     if (!f->pending_runs) return 0;
     TRY(cudaEventSynchronize(f->done), "running the FFN kernels");
-    memcpy(run_acc, f->host_partial, (size_t)f->pending_runs * f->n_embd * sizeof(float));
-    memcpy(run_rows, f->host_rows, (size_t)f->pending_runs * sizeof(int32_t));
+    memcpy(run_acc, f->host_sum, (size_t)f->n_embd * sizeof(float));
+    int32_t neurons = 0;
+    for (int r = 0; r < f->pending_runs; r++) neurons += f->host_rows[r];
+    run_rows[0] = neurons;
+    for (int r = 1; r < f->pending_runs; r++) run_rows[r] = 0;
     f->pending_runs = 0;
     return 0;
 }
@@ -166,9 +183,10 @@ extern "C" void pi_cuda_ffn_free(pi_cuda_ffn *f) {
     cudaFree(f->h);
     cudaFree(f->a);
     cudaFree(f->partial);
+    cudaFree(f->sum);
     cudaFree(f->rows);
     cudaFreeHost(f->host_x);
-    cudaFreeHost(f->host_partial);
+    cudaFreeHost(f->host_sum);
     cudaFreeHost(f->host_rows);
     if (f->done) cudaEventDestroy(f->done);
     if (f->stream) cudaStreamDestroy(f->stream);

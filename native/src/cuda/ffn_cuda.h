@@ -4,8 +4,9 @@
  * The device holds, per layer, fc1 and the hot positions' rows of fc2, gate, up and ffn_down_t
  * (laid out by position) and their gate/up biases. A job copies the FFN input to the device,
  * computes relu(fc1 x), every hot position's logit, gate, up and activation where the logit
- * reaches the threshold, and each hot run's sum of down rows, then copies the run sums back;
- * all on one stream, so start returns at once and wait blocks on its event. */
+ * reaches the threshold, and each hot run's sum of down rows, then the runs' sum (device.h's
+ * fold) and copies that one vector back; all on one stream, so start returns at once and wait
+ * blocks on its event. */
 #ifndef PI_FFN_CUDA_H
 #define PI_FFN_CUDA_H
 #include <stddef.h>
@@ -35,7 +36,8 @@ int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const pi_cuda_lay
                     char *err, size_t err_len);
 /* Start layer's job on x [n_embd] with this threshold. */
 int pi_cuda_ffn_start(pi_cuda_ffn *f, int layer, const float *x, float threshold, char *err, size_t err_len);
-/* Wait for it; then run_acc [hot_runs][n_embd] and run_rows [hot_runs] hold the hot runs. */
+/* Wait for it; then run_acc [n_embd] and run_rows [hot_runs] hold the hot runs folded: their sum
+ * and their neurons in run_rows[0], the other counts 0. */
 int pi_cuda_ffn_wait(pi_cuda_ffn *f, float *run_acc, int32_t *run_rows, char *err, size_t err_len);
 void pi_cuda_ffn_free(pi_cuda_ffn *f);
 
