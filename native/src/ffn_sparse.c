@@ -77,16 +77,19 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
     return n;
 }
 
-/* The CPU side: every thread computes the r x d hidden layer itself (cheaper than a barrier),
- * then claims cold runs one at a time. */
+/* The CPU side: threads claim cold runs one at a time, and a thread that gets one computes the
+ * r x d hidden layer itself first (cheaper than a barrier); with few cold runs, or none when
+ * the device holds every neuron, the others skip it. */
 static void cpu_worker(void *arg, int ith, int nth) {
     ffn_job *job = arg;
     const pi_layer *L = job->L;
     const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
-    const pi_act hq = pi_ffn_hidden(job, &w, ith);
-    for (;;) {
+    pi_act hq;
+    for (int have_hidden = 0;;) {
         const int r = atomic_fetch_add_explicit(&job->next_cold, 1, memory_order_relaxed);
         if (r >= job->n_runs) break;
+        if (!have_hidden) hq = pi_ffn_hidden(job, &w, ith);
+        have_hidden = 1;
         pi_ffn_run(job, &w, hq, r);
     }
     (void)nth;
@@ -115,7 +118,8 @@ int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
     atomic_init(&job.next_cold, on_device ? job.hot_runs : 0); /* no device: the CPU takes the hot runs too */
     int rc = on_device ? c->device->ops->start(c->device, layer, &job) : PI_OK;
     if (rc) return rc;
-    pi_threadpool_run(c->pool, cpu_worker, &job, c->params.n_threads);
+    if (atomic_load(&job.next_cold) < job.n_runs) /* cold runs left: the device may hold them all */
+        pi_threadpool_run(c->pool, cpu_worker, &job, c->params.n_threads);
     if (on_device && (rc = c->device->ops->wait(c->device))) return rc;
 
     /* the slots in run order: the same sum wherever each run was computed */
