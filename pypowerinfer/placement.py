@@ -17,7 +17,7 @@ class LayerPlacement:
     n_hot: int           # positions [0, n_hot) of the layer's frequency order live on the device
     bytes: int
     coverage: float      # share of the layer's profiled activations those neurons serve
-    fixed_on_device: bool  # the layer's attention and predictor fit ahead of the neurons
+    fixed_on_device: bool  # the layer's attention (a parallel block's stays on the CPU) and predictor fit first
 
 
 @dataclass(frozen=True)

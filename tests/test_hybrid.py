@@ -128,6 +128,30 @@ def test_host_split_of_an_ffn_without_a_gate_equals_the_cpu(tmp_path):
     assert split_stats == cpu_stats and 0 < cpu_stats["ffn_rows_done"] < cpu_stats["ffn_rows_dense"]
 
 
+def test_a_parallel_blocks_attention_takes_no_budget(tmp_path):
+    """falcon's attention stays on the CPU (its step holds the FFN the split runs), so the plan's
+    fixed part is the output matrix and the predictors alone, and the output does go to the
+    device (the stand-in: still the CPU's result exactly)."""
+    from synthetic import write_profiled_ungated
+
+    path = write_profiled_ungated(tmp_path, "Q8_0", n_ff=2 * RUN)
+    readable = tmp_path / "as-gguf.gguf"  # PowerInfer's PWRI magic, which gguf-py does not read
+    readable.write_bytes(b"GGUF" + open(path, "rb").read()[4:])
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(str(readable)).tensors}
+    output = sizes.get("output.weight", sizes["token_embd.weight"])
+    predictors = sum(n for name, n in sizes.items() if name.endswith(("fc1.weight", "fc2.weight")))
+    m = NativeModel(path)
+    try:
+        plan = m.plan(m.device_bytes())
+        assert plan.output_on_device and all(x.fixed_on_device for x in plan.layers)
+        assert plan.fixed_bytes == output + predictors
+        cpu, _ = run(m, budget=m.device_bytes())
+        split, _ = run(m, device=DEVICE_HOST, budget=m.device_bytes())
+    finally:
+        m.close()
+    np.testing.assert_array_equal(split, cpu)
+
+
 def test_layout_changes_only_the_order_of_the_sum(model):
     """Hot neurons first in the layout regroups the down sums: float rounding, nothing more."""
     base, base_stats = run(model)

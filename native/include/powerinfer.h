@@ -184,7 +184,8 @@ PI_API uint64_t pi_type_row_bytes(int32_t type, int64_t n);
 /* ---- devices and the hot/cold split ---- */
 /* Which neurons a device budget holds, from the profiled frequencies (see placement.h): per
  * layer, positions [0, n_hot) of the layer's frequency order, their bytes and the share of the
- * layer's activations they serve; fixed_on_device: the layer's attention and predictor fit first. */
+ * layer's activations they serve; fixed_on_device: the layer's attention (not a parallel
+ * block's, which stays on the CPU) and predictor fit first. */
 typedef struct {
     int32_t n_hot;
     int32_t fixed_on_device;

@@ -152,10 +152,9 @@ static pi_cuda_block block_of(const pi_layer *L, int whole) {
     pi_cuda_block b = {
         .attn_q = view(&L->attn_q), .attn_k = view(&L->attn_k), .attn_v = view(&L->attn_v),
         .attn_output = view(&L->attn_output), .attn_norm = L->attn_norm, .attn_norm_b = L->attn_norm_b,
-        .attn_q_norm = L->attn_q_norm,
-        .attn_k_norm = L->attn_k_norm, .post_attn_norm = L->post_attn_norm, .attn_q_b = L->attn_q_b,
-        .attn_k_b = L->attn_k_b, .attn_v_b = L->attn_v_b, .attn_output_b = L->attn_output_b, .local = L->local,
-        .rope_local = L->rope_local,
+        .attn_q_norm = L->attn_q_norm, .attn_k_norm = L->attn_k_norm, .post_attn_norm = L->post_attn_norm,
+        .attn_q_b = L->attn_q_b, .attn_k_b = L->attn_k_b, .attn_v_b = L->attn_v_b,
+        .attn_output_b = L->attn_output_b, .local = L->local, .rope_local = L->rope_local,
     };
     if (whole) {
         b.ffn_gate = view(&L->ffn_gate);
@@ -260,13 +259,13 @@ int pi_offload_new(pi_context *c) {
 int pi_offload_fixed(pi_context *c, const pi_layer_placement *plan, const pi_placement_totals *totals) {
     const pi_model *m = c->model;
     const int n_layer = m->info.n_layer;
-    /* a parallel block's attention step holds its FFN, which the split runs: both stay here */
-    if (m->parallel) return PI_OK;
     uint8_t *attn = calloc((size_t)(n_layer > 0 ? n_layer : 1), 1);
     if (!attn) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
     const int output = totals->output_on_device && !c->embd;
     int any = output;
-    for (int il = 0; il < n_layer; il++) any |= attn[il] = plan[il].fixed_on_device != 0;
+    /* a parallel block's attention step holds its FFN, which the split runs: it stays here (the
+     * plan spent no budget on it) */
+    for (int il = 0; il < n_layer; il++) any |= attn[il] = plan[il].fixed_on_device && !m->parallel;
     const int rc = any ? place(c, n_layer, attn, output) : PI_OK;
     free(attn);
     return rc;

@@ -17,8 +17,8 @@
  * for a model whose layers the device cannot run. */
 int pi_offload_new(pi_context *c);
 /* The split's fixed part: the attention of each layer plan[il].fixed_on_device, and the logits
- * when totals->output_on_device. A model the device's block cannot run (LayerNorm, a parallel
- * block) keeps them on the CPU. */
+ * when totals->output_on_device. A parallel block (falcon) keeps its attention on the CPU: that
+ * step holds the FFN, which the split runs. */
 int pi_offload_fixed(pi_context *c, const pi_layer_placement *plan, const pi_placement_totals *totals);
 /* The stream of the step's n tokens back in c->x, if the device holds it. */
 int pi_x_to_host(pi_context *c, int n);

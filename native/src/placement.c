@@ -47,10 +47,13 @@ uint64_t pi_neuron_bytes(const pi_layer *L) {
     return (uint64_t)L->ffn_gate.row_bytes + L->ffn_up.row_bytes + L->ffn_down_t.row_bytes;
 }
 
-/* what every token reads in a layer besides the FFN: attention and the predictor */
-static uint64_t layer_fixed_bytes(const pi_layer *L) {
-    return weight_bytes(&L->attn_q) + weight_bytes(&L->attn_k) + weight_bytes(&L->attn_v) + weight_bytes(&L->attn_output) +
-           weight_bytes(&L->fc1) + weight_bytes(&L->fc2);
+/* what every token reads in a layer besides the FFN that the device can hold: attention and the
+ * predictor; a parallel block's attention (falcon) stays on the CPU, its step holding the FFN
+ * the split runs (offload.c), so only its predictor takes budget */
+static uint64_t layer_fixed_bytes(const pi_model *m, const pi_layer *L) {
+    const uint64_t attention = weight_bytes(&L->attn_q) + weight_bytes(&L->attn_k) + weight_bytes(&L->attn_v) +
+                               weight_bytes(&L->attn_output);
+    return (m->parallel ? 0 : attention) + weight_bytes(&L->fc1) + weight_bytes(&L->fc2);
 }
 
 /* a run of neurons that could go to the device */
@@ -81,7 +84,7 @@ void pi_plan_placement(const pi_model *m, uint64_t budget, pi_layer_placement *p
     }
     for (int il = 0; il < n_layer; il++) {
         const pi_layer *L = &m->layers[il];
-        const uint64_t fixed = layer_fixed_bytes(L);
+        const uint64_t fixed = layer_fixed_bytes(m, L);
         if (fixed > left) break;
         left -= fixed;
         totals->fixed_bytes += fixed;
@@ -138,7 +141,7 @@ PI_API uint64_t pi_model_device_bytes(const pi_model *m) {
     uint64_t total = weight_bytes(&m->output);
     for (int il = 0; il < m->info.n_layer; il++) {
         const pi_layer *L = &m->layers[il];
-        total += layer_fixed_bytes(L);
+        total += layer_fixed_bytes(m, L);
         total += L->ffn_down_t.data ? pi_neuron_bytes(L) * (uint64_t)m->info.n_ff
                                     : weight_bytes(&L->ffn_gate) + weight_bytes(&L->ffn_up) + weight_bytes(&L->ffn_down);
     }

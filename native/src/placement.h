@@ -16,7 +16,8 @@ int pi_order_neurons(pi_model *m);
 uint64_t pi_neuron_bytes(const pi_layer *L);
 
 /* The plan for a budget of device bytes. What every token reads goes first, as long as it
- * fits: the output matrix, then per layer attention and the predictor. Then runs of neurons of
+ * fits: the output matrix, then per layer attention (but a parallel block's, which stays on the
+ * CPU) and the predictor. Then runs of neurons of
  * every layer, most profiled activations per byte first. Each run's neurons are a layer's next
  * most frequent ones, so within a layer runs are taken in order and the hot part stays a prefix
  * of its order. When every neuron costs the same bytes, this greedy choice maximises the
