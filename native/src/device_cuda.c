@@ -7,6 +7,7 @@
 
 #ifdef PI_HAVE_CUDA
 #include "cuda/ffn_cuda.h"
+#include "cuda/weight_view.h"
 
 typedef struct {
     pi_device base;
@@ -38,10 +39,6 @@ static void cuda_free(pi_device *d) {
 
 static const pi_device_ops cuda_ops = { "cuda", cuda_start, cuda_wait, cuda_free };
 
-static pi_cuda_weight upload_view(const pi_weight *w) {
-    return (pi_cuda_weight){ w->type, w->n_in, w->n_out, w->row_bytes, w->data };
-}
-
 /* a layer's bias in layout order over its n hot positions, or NULL */
 static float *hot_bias(const float *b, const int32_t *layout, int n) {
     if (!b) return NULL;
@@ -66,11 +63,11 @@ int pi_device_cuda_new(pi_context *c, pi_device **out) {
         const int32_t *layout = c->layout + (size_t)il * n_ff;
         L->n_hot = copy.n_hot[il];
         if (!L->n_hot) continue;
-        L->fc1 = upload_view(&w->fc1);
-        L->fc2 = upload_view(&w->fc2);
-        L->gate = upload_view(&w->gate);
-        L->up = upload_view(&w->up);
-        L->down_t = upload_view(&w->down_t);
+        L->fc1 = pi_cuda_view(&w->fc1);
+        L->fc2 = pi_cuda_view(&w->fc2);
+        L->gate = pi_cuda_view(&w->gate);
+        L->up = pi_cuda_view(&w->up);
+        L->down_t = pi_cuda_view(&w->down_t);
         L->gate_b = hot_bias(m->layers[il].ffn_gate_b, layout, L->n_hot);
         L->up_b = hot_bias(m->layers[il].ffn_up_b, layout, L->n_hot);
         if ((m->layers[il].ffn_gate_b && !L->gate_b) || (m->layers[il].ffn_up_b && !L->up_b))

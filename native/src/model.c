@@ -200,7 +200,7 @@ static int bind_weight(pi_model *m, pi_weight *w, const char *name, int64_t n_in
                             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                             (long long)n_in, (long long)n_out);
     w->type = t->type;
-    if (t->type >= PI_TYPE_Q2_K && t->type <= PI_TYPE_Q6_K) m->kquant_weights = 1;
+    if (pi_type_is_kquant(t->type)) m->kquant_weights = 1;
     w->n_in = n_in;
     w->n_out = n_out;
     w->row_bytes = (size_t)(t->nbytes / (uint64_t)n_out);

@@ -10,6 +10,7 @@
 #include "status.h"
 #ifdef PI_HAVE_CUDA
 #include "cuda/layers_cuda.h"
+#include "cuda/weight_view.h"
 #endif
 
 /* A device's side of the steps. The stream comes in and goes out through x_in / x_out; the steps
@@ -145,22 +146,21 @@ static void cuda_free(struct pi_offload *o) { pi_cuda_layers_free(o->cuda); }
 
 static const offload_backend cuda_backend = { cuda_x_in, cuda_x_out, cuda_attention, cuda_ffn, cuda_logits, cuda_free };
 
-static pi_cuda_weight view(const pi_weight *w) { return (pi_cuda_weight){ w->type, w->n_in, w->n_out, w->row_bytes, w->data }; }
-
 /* Layer il as the device takes it: its attention, and its FFN too when whole. */
 static pi_cuda_block block_of(const pi_layer *L, int whole) {
     pi_cuda_block b = {
-        .attn_q = view(&L->attn_q), .attn_k = view(&L->attn_k), .attn_v = view(&L->attn_v),
-        .attn_output = view(&L->attn_output), .attn_norm = L->attn_norm, .attn_norm_b = L->attn_norm_b,
+        .attn_q = pi_cuda_view(&L->attn_q), .attn_k = pi_cuda_view(&L->attn_k),
+        .attn_v = pi_cuda_view(&L->attn_v), .attn_output = pi_cuda_view(&L->attn_output),
+        .attn_norm = L->attn_norm, .attn_norm_b = L->attn_norm_b,
         .attn_q_norm = L->attn_q_norm, .attn_k_norm = L->attn_k_norm, .post_attn_norm = L->post_attn_norm,
         .attn_q_b = L->attn_q_b, .attn_k_b = L->attn_k_b, .attn_v_b = L->attn_v_b,
         .attn_output_b = L->attn_output_b, .local = L->local, .rope_local = L->rope_local,
     };
     if (whole) {
-        b.ffn_gate = view(&L->ffn_gate);
-        b.ffn_up = view(&L->ffn_up);
-        b.ffn_down = view(&L->ffn_down);
-        b.ffn_down_t = view(&L->ffn_down_t); /* read only without ffn_down */
+        b.ffn_gate = pi_cuda_view(&L->ffn_gate);
+        b.ffn_up = pi_cuda_view(&L->ffn_up);
+        b.ffn_down = pi_cuda_view(&L->ffn_down);
+        b.ffn_down_t = pi_cuda_view(&L->ffn_down_t); /* read only without ffn_down */
         b.ffn_norm = L->ffn_norm;
         b.ffn_norm_b = L->ffn_norm_b;
         b.post_ffn_norm = L->post_ffn_norm;
@@ -192,7 +192,7 @@ static int cuda_new(struct pi_offload *o, int first_whole, const uint8_t *attn, 
         .attn_softcap = m->attn_softcap, .inv_freq = c->inv_freq,
     };
     if (output) {
-        shape.output = view(&m->output);
+        shape.output = pi_cuda_view(&m->output);
         shape.output_norm = m->output_norm;
         shape.output_norm_b = m->output_norm_b;
         shape.output_b = m->output_b;

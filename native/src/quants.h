@@ -57,6 +57,11 @@ static inline PI_HOST_DEVICE size_t pi_block_bytes(int type) {
     }
 }
 
+/* The K-quants' 256-weight super-block formats; host and CUDA code share it. */
+static inline PI_HOST_DEVICE int pi_type_is_kquant(uint32_t type) {
+    return type >= PI_TYPE_Q2_K && type <= PI_TYPE_Q6_K;
+}
+
 /* Activation block: every quantized weight type is dotted against this one format.
  * s = d * sum(qs) lets the "+ m" of Q4_1/Q5_1 and the "- 8"/"- 16" offsets cost one multiply a block. */
 typedef struct { float d; float s; int8_t qs[QK]; } block_q8x;

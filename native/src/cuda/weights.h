@@ -133,8 +133,6 @@ static inline PI_HOST_DEVICE int pi_dw_is_float(uint32_t type) {
     return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16;
 }
 
-static inline PI_HOST_DEVICE int pi_dw_is_kquant(uint32_t type) { return type >= PI_TYPE_Q2_K && type <= PI_TYPE_Q6_K; }
-
 static inline PI_HOST_DEVICE size_t pi_dw_superblock_bytes(uint32_t type) {
     switch (type) {
     case PI_TYPE_Q2_K: return 84;
@@ -155,7 +153,7 @@ static inline PI_HOST_DEVICE float pi_dw_row(uint32_t type, const uint8_t *row, 
         return v.f;
     }
     default:
-        if (pi_dw_is_kquant(type))
+        if (pi_type_is_kquant(type))
             return pi_dw_kquant(type, row + (size_t)(i / 256) * pi_dw_superblock_bytes(type), (int)(i % 256));
         return pi_dw_block(type, row + (size_t)(i / 32) * pi_block_bytes((int)type), (int)(i % 32));
     }
@@ -167,7 +165,7 @@ static inline PI_HOST_DEVICE float pi_dw_row(uint32_t type, const uint8_t *row, 
 static inline PI_HOST_DEVICE void pi_dw_unit(uint32_t type, const uint8_t *row, int64_t u, int64_t n, float w[32]) {
     if (pi_dw_is_float(type)) {
         for (int j = 0; j < 32; j++) w[j] = 32 * u + j < n ? pi_dw_row(type, row, 32 * u + j) : 0.0f;
-    } else if (pi_dw_is_kquant(type)) {
+    } else if (pi_type_is_kquant(type)) {
         const uint8_t *b = row + (size_t)(u / 8) * pi_dw_superblock_bytes(type);
         const int i0 = (int)(u % 8) * 32;
         pi_dw_scale s[2] = { pi_dw_kquant_scale(type, b, i0), pi_dw_kquant_scale(type, b, i0 + 16) };
