@@ -23,8 +23,24 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 from bench.perplexity import PROMPT, decode_speed, heldout_chunks  # noqa: E402
+from convert.write import ADDED_TENSORS  # noqa: E402
 
 DEVICES = {"none": 0, "host": 1, "cuda": 2}
+
+
+def offload_layer_bytes(path: str, n_layer: int) -> list[int]:
+    """Per layer, the bytes layer offload puts on the device: every tensor of blk.N (attention,
+    the dense FFN, norms, biases) but the split's own (predictors, frequencies, and ffn_down_t
+    where ffn_down is there to read instead)."""
+    from gguf import GGUFReader
+
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}
+    out = []
+    for il in range(n_layer):
+        prefix = f"blk.{il}."
+        split_own = {prefix + t for t in ADDED_TENSORS if t != "ffn_down_t.weight" or prefix + "ffn_down.weight" in sizes}
+        out.append(sum(n for name, n in sizes.items() if name.startswith(prefix) and name not in split_own))
+    return out
 
 
 def layers_within(layer_bytes: list[int], budget: int) -> int:
@@ -52,7 +68,7 @@ def main(argv=None) -> int:
     model = NativeModel(args.model)
     total = model.device_bytes()
     plans = {b: model.plan(int(float(b) / 100 * total)) for b in args.budgets.split(",") if b}
-    layer_bytes = [x.bytes for x in model.plan(total).layers]  # each layer whole, as the plan counts it
+    layer_bytes = offload_layer_bytes(args.model, len(model.plan(0).layers))
     model.close()
     tokens = np.concatenate(heldout_chunks(args.model, 1 + (PROMPT + args.decode) // 256))[:PROMPT + args.decode]
 

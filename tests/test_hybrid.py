@@ -218,6 +218,23 @@ def test_gpu_check_script_is_ready(profiled, tmp_path):
     assert "| dense, CPU |" in table and "hybrid (host), 80% budget" in table and "hybrid (host), 100% budget" in table
 
 
+def test_layer_offload_baseline_counts_what_it_uploads(profiled):
+    """bench/hybrid.py's bytes per layer for layer offload: attention, the dense FFN and the norms,
+    not the split's predictors, frequencies or transposed down matrix."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.hybrid import offload_layer_bytes
+
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(profiled).tensors}
+    dense = ("attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+             "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_up.bias", "ffn_down.weight")
+    assert all(f"blk.0.{t}" in sizes for t in dense) and "blk.0.ffn_down_t.weight" in sizes
+    assert offload_layer_bytes(profiled, N_LAYER) == [sum(sizes[f"blk.{il}.{t}"] for t in dense)
+                                                     for il in range(N_LAYER)]
+
+
 def test_layer_offload_baseline_takes_the_last_layers_that_fit():
     """bench/hybrid.py's n_gpu_layers at a budget: whole layers from the last one back."""
     import sys
