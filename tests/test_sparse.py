@@ -64,7 +64,10 @@ def test_sparse_with_true_active_set_equals_dense(weight_type, tmp_path):
     path = oracle_model(tmp_path, weight_type)
     dense, dense_stats = logits(path, sparse=False)
     sparse, sparse_stats = logits(path, sparse="all", sparse_threshold_shift=-MARGIN.get(weight_type, 0.05))
-    np.testing.assert_allclose(sparse, dense, rtol=1e-4, atol=1e-4)
+    # Dense and sparse add the down rows in other orders (a dot per output, an axpy per neuron);
+    # their ~1e-7 difference can flip a rounding to f16 (q, the KV cache, the attention
+    # probabilities) downstream, a step of 2^-11 relative: seen on F16 with the AVX2 kernels.
+    np.testing.assert_allclose(sparse, dense, rtol=1e-4, atol=1e-3)
     assert dense_stats["ffn_rows_done"] == dense_stats["ffn_rows_dense"]
     # random ReLU gates fire about half the time: the sparse path really skipped rows
     assert 0.3 < sparse_stats["ffn_rows_done"] / sparse_stats["ffn_rows_dense"] < 0.7
