@@ -220,10 +220,20 @@ class NativeContext:
     def set_state(self, blob: bytes) -> None:
         check(lib.pi_context_set_state(self._handle, ffi.from_buffer("uint8_t[]", blob), len(blob)))
 
-    def stats(self) -> dict[str, int]:
+    def _stats(self):
         out = ffi.new("pi_stats *")
         check(lib.pi_context_get_stats(self._handle, out))
+        return out
+
+    def stats(self) -> dict[str, int]:
+        """Tokens evaluated and FFN neurons computed since the last reset."""
+        out = self._stats()
         return {"tokens": out.tokens, "ffn_rows_dense": out.ffn_rows_dense, "ffn_rows_done": out.ffn_rows_done}
+
+    def device_traffic(self) -> dict[str, int]:
+        """Transfers between the host and the device, and the host's waits for it, since the last reset."""
+        out = self._stats()
+        return {"copies": out.device_copies, "syncs": out.device_syncs}
 
     def reset_stats(self) -> None:
         lib.pi_context_reset_stats(self._handle)

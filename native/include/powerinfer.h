@@ -159,6 +159,8 @@ typedef struct {
     int64_t tokens;          /* tokens evaluated since the context was made or the stats reset */
     int64_t ffn_rows_dense;  /* FFN neurons a dense FFN would have computed for them */
     int64_t ffn_rows_done;   /* FFN neurons actually computed */
+    int64_t device_copies;   /* transfers between the host and the device (the stream, a normed input, a sum) */
+    int64_t device_syncs;    /* times the host waited for the device */
 } pi_stats;
 PI_API int pi_context_get_stats(const pi_context *ctx, pi_stats *out);
 PI_API void pi_context_reset_stats(pi_context *ctx);

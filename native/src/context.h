@@ -7,11 +7,10 @@
 #include "threadpool.h"
 #include "vec.h"
 
-/* One layer's two steps for n tokens at pos0..: x += attention(x), x += FFN(x). */
+/* Which of a layer's two steps run on the device: x += attention(x), x += FFN(x) (every neuron) */
 typedef struct {
-    int (*attention)(pi_context *c, int il, int n, int pos0);
-    int (*ffn)(pi_context *c, int il, int n);
-} pi_layer_ops;
+    uint8_t attention, ffn;
+} pi_layer_steps;
 
 struct pi_context {
     pi_model *model;            /* borrowed */
@@ -56,17 +55,14 @@ struct pi_context {
 
     /* the hot/cold split of vram_budget: runs [0, hot_runs[layer]) of each layer are its hot
      * neurons (placement.h), computed by the device, or by the CPU without one */
-    struct pi_device *device;   /* NULL: all on the CPU */
     int32_t *hot_runs;          /* [n_layer], or NULL without a budget */
     int32_t *layout;            /* [n_layer][n_ff] the neuron at each position (ffn_sparse.h), or NULL */
 
-    /* Where each layer's attention and FFN run, and the logits: the CPU's steps (forward.c) unless
-     * offload.h put them on the device (layer offload, or the split's placed attention and
-     * output), which holds them in `offload`. The residual stream's current copy is the device's
-     * while x_on_device; each step brings it where it runs. */
-    pi_layer_ops *ops;          /* [n_layer] */
-    int (*logits_op)(pi_context *c, int n, int pos0, int logits_mode);
-    struct pi_offload *offload;
+    /* The device (device/device.h) and the steps it takes; the others run on the CPU. The residual
+     * stream's current copy is the device's while x_on_device (device/router.h moves it). */
+    struct pi_device *device;   /* NULL: everything on the CPU */
+    pi_layer_steps *on_device;  /* [n_layer], or NULL */
+    int32_t logits_on_device;
     int32_t x_on_device;
 
     /* profiling capture (caller's buffers, see pi_context_set_capture) */
@@ -77,20 +73,14 @@ struct pi_context {
 
 enum { PI_LOGITS_NONE = 0, PI_LOGITS_LAST = 1, PI_LOGITS_ALL = 2 };
 
-/* Run the transformer on tokens[0..n) at positions ctx->n_past.. (n <= n_batch), appending
- * their keys and values to the cache and writing the logits that logits_mode asks for. */
-int pi_forward(pi_context *ctx, const int32_t *tokens, int n, int logits_mode);
 /* Where a step's logits go: from row pos0 on with PI_LOGITS_ALL, else row 0 (the last position's). */
 static inline float *pi_logits_rows(const pi_context *c, int pos0, int logits_mode) {
     return c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * c->model->info.n_vocab : 0);
 }
 
-/* Every layer's steps and the logits on the CPU: ops[] and logits_op as a context starts. */
-void pi_forward_cpu_ops(pi_context *c);
-/* The CPU's blocks on c->x as it stands (the CPU steps bring the stream home first; the host
- * stand-in device runs them on its own copy): x += attention(x), x += FFN(x), and the logits. */
-int pi_attention_block(pi_context *c, int il, int n, int pos0);
-int pi_ffn_block(pi_context *c, int il, int n);
-int pi_logits_block(pi_context *c, int n, int pos0, int logits_mode);
+/* The scratch buffers of a context of n_ctx positions, n_batch tokens a step and n_threads
+ * threads, sized and checked against the machine's memory first (context.c). */
+int pi_context_alloc(pi_context *c);
+void pi_context_release(pi_context *c);
 
 #endif

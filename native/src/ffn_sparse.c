@@ -5,8 +5,9 @@
  * their ffn_down_t rows weighted by the activations. */
 #include <string.h>
 
-#include "device.h"
+#include "device/device.h"
 #include "ffn_sparse.h"
+#include "ops.h"
 #include "placement.h"
 #include "status.h"
 
@@ -108,27 +109,67 @@ void pi_ffn_fold_hot(pi_context *c, int hot_runs) {
     }
 }
 
-int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
+/* the device of the split, when the context has one (a device may hold whole layers only) */
+static pi_device *split_device(const pi_context *c) { return c->hot_runs ? c->device : NULL; }
+
+/* one token's job for layer `layer`: the split's device takes runs [0, hot_runs), the CPU threads
+ * the rest; without one the CPU takes them all */
+static ffn_job job_for(pi_context *c, int layer, pi_act x) {
     const pi_layer *L = &c->model->layers[layer];
-    const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
+    const int n_ff = c->model->info.n_ff;
     ffn_job job = { .c = c, .L = L, .x = x, .threshold = L->threshold + c->params.sparse_threshold_shift,
                     .layout = c->layout ? c->layout + (size_t)layer * n_ff : NULL,
                     .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
-    const int on_device = c->device && job.hot_runs;
-    atomic_init(&job.next_cold, on_device ? job.hot_runs : 0); /* no device: the CPU takes the hot runs too */
-    int rc = on_device ? c->device->ops->start(c->device, layer, &job) : PI_OK;
-    if (rc) return rc;
-    if (atomic_load(&job.next_cold) < job.n_runs) /* cold runs left: the device may hold them all */
-        pi_threadpool_run(c->pool, cpu_worker, &job, c->params.n_threads);
-    if (on_device && (rc = c->device->ops->wait(c->device))) return rc;
+    atomic_init(&job.next_cold, split_device(c) ? job.hot_runs : 0);
+    return job;
+}
 
-    /* the slots in run order: the same sum wherever each run was computed */
-    float *y = c->delta + (size_t)t * d;
-    memset(y, 0, (size_t)d * sizeof(float));
-    for (int r = 0; r < job.n_runs; r++)
+/* The CPU's runs, and their slots added in run order into cold (zeros without neurons): the same
+ * sum wherever each run was computed. Without a device the CPU computed the hot runs too, and
+ * they are folded into slot 0 as a device hands them back. */
+static void cpu_runs(pi_context *c, ffn_job *job, float *cold) {
+    const int d = c->model->info.n_embd;
+    const int first_cold = job->hot_runs;
+    if (atomic_load(&job->next_cold) < job->n_runs) /* cold runs left: the device may hold them all */
+        pi_threadpool_run(c->pool, cpu_worker, job, c->params.n_threads);
+    if (!split_device(c)) pi_ffn_fold_hot(c, job->hot_runs);
+    memset(cold, 0, (size_t)d * sizeof(float));
+    for (int r = first_cold; r < job->n_runs; r++)
         if (c->run_rows[r]) {
-            c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, y, d);
+            c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, cold, d);
             c->stats.ffn_rows_done += c->run_rows[r];
         }
+}
+
+void pi_ffn_merge_hot(pi_context *c, const ffn_job *job, float *y) {
+    if (job->hot_runs <= 0 || !c->run_rows[0]) return;
+    c->vec.axpy(1.0f, c->run_acc, y, c->model->info.n_embd);
+    c->stats.ffn_rows_done += c->run_rows[0];
+}
+
+int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
+    ffn_job job = job_for(c, layer, x);
+    float *y = c->delta + (size_t)t * c->model->info.n_embd;
+    pi_device *dev = job.hot_runs > 0 ? split_device(c) : NULL; /* no hot runs: the device has no part */
+    int rc = dev ? dev->ops->split_start(dev, &job, 0) : PI_OK;
+    if (rc) return rc;
+    cpu_runs(c, &job, y);
+    if (dev && (rc = dev->ops->split_end(dev, &job, t, NULL))) return rc;
+    pi_ffn_merge_hot(c, &job, y);
+    return PI_OK;
+}
+
+int pi_ffn_sparse_resident(pi_context *c, int layer, int n) {
+    const int d = c->model->info.n_embd;
+    pi_device *dev = c->device;
+    for (int t = 0; t < n; t++) {
+        float *xn = c->xn + (size_t)t * d, *cold = c->delta + (size_t)t * d;
+        int rc = dev->ops->split_norm(dev, layer, t, xn);
+        if (rc) return rc;
+        ffn_job job = job_for(c, layer, pi_quantize(&c->kern, xn, c->xq, 1, d));
+        if ((rc = dev->ops->split_start(dev, &job, 1))) return rc;
+        cpu_runs(c, &job, cold);
+        if ((rc = dev->ops->split_end(dev, &job, t, cold))) return rc;
+    }
     return PI_OK;
 }

@@ -1,10 +1,11 @@
 /* ffn_sparse.h - the predictor-driven FFN of one token, split between the CPU and a device.
  *
  * A layer's neurons are visited by position in the context's layout, in runs of PI_FFN_RUN
- * positions: the identity, or with a device budget the layer's hot neurons first, then the
- * cold ones, each part in ascending neuron order (rows near each other stay near each other). The device side (device.h) computes runs [0, hot_runs), the CPU threads
- * the rest; each run leaves its partial sum of down rows in its own slot, and the slots are
- * added in run order, so the result is the same however the runs were divided. */
+ * positions: the identity, or with a device budget the layer's hot neurons first, then the cold
+ * ones, each part in ascending neuron order. The device (device/device.h) computes the hot runs
+ * [0, hot_runs), the CPU threads the cold ones; each run leaves its sum of down rows in its own
+ * slot. The FFN's result is cold + hot: the cold slots added in run order, plus the hot ones
+ * folded in run order, the same bits wherever each run was computed. */
 #ifndef PI_FFN_SPARSE_H
 #define PI_FFN_SPARSE_H
 #include <stdatomic.h>
@@ -20,7 +21,7 @@ typedef struct {
 } ffn_rows;
 
 /* One token through one layer. */
-typedef struct {
+typedef struct ffn_job {
     pi_context *c;
     const pi_layer *L;
     pi_act x;               /* the normed FFN input */
@@ -38,17 +39,17 @@ pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot);
  * activation, and the sum of their down rows into the run's slot. Returns the neurons computed. */
 int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r);
 
-/* Runs [0, hot_runs) folded into slot 0 as the merge adds slots: their sum in run order (runs
- * without neurons skipped) and their neurons in run_rows[0], the other counts 0, so that adding
- * slot 0 and then the cold runs gives the bits of adding every run in turn. */
+/* Runs [0, hot_runs) folded into slot 0: their sum in run order (runs without neurons skipped),
+ * their neurons in run_rows[0], the other counts 0. What a device hands back. */
 void pi_ffn_fold_hot(pi_context *c, int hot_runs);
+/* y += the folded hot sum when it has neurons, which are counted: the merge */
+void pi_ffn_merge_hot(pi_context *c, const ffn_job *job, float *y);
 
-/* delta[t] = FFN(xn[t]) through the predictors, on the CPU and the context's device: PI_OK, or
- * the device's error status */
+/* delta[t] = FFN(xn[t]) through the predictors, the stream on the host: PI_OK, or the device's
+ * error status */
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x);
-
-/* the forward pass's own steps, shared with this file */
-pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int n, int d);
-void pi_activate(const pi_context *c, float *g, const float *u, size_t count);
+/* x += FFN(x) for n tokens with the stream on the device: per token the device norms it, the CPU
+ * computes the cold runs from its copy, the device merges (device.h's split) */
+int pi_ffn_sparse_resident(pi_context *c, int layer, int n);
 
 #endif

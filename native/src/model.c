@@ -7,7 +7,6 @@
 
 #include "kernels/kernels.h"
 #include "model.h"
-#include "placement.h"
 #include "status.h"
 
 /* What an architecture changes in the llama block (pi_model.traits). */
@@ -376,6 +375,43 @@ static int refuse_long_rope(const pi_model *m) {
     return PI_OK;
 }
 
+typedef struct {
+    float freq;
+    int32_t id;
+} ranked;
+
+static int by_freq_desc(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->freq != y->freq) return x->freq > y->freq ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Every layer's order: neurons by descending ffn_freq (ties: lower id first), the identity for a
+ * layer without a profile. A non-finite frequency is a format error. */
+static int order_neurons(pi_model *m) {
+    const int n_ff = m->info.n_ff, n_layer = m->info.n_layer;
+    m->orders = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
+    ranked *tmp = malloc((size_t)n_ff * sizeof *tmp);
+    if (!m->orders || !tmp) {
+        free(tmp);
+        return pi_set_error(PI_ERR_NOMEM, "no memory for the neuron order");
+    }
+    int rc = PI_OK;
+    for (int il = 0; il < n_layer && !rc; il++) {
+        pi_layer *L = &m->layers[il];
+        L->order = m->orders + (size_t)il * n_ff;
+        for (int i = 0; i < n_ff; i++) {
+            const float f = L->ffn_freq ? L->ffn_freq[i] : 0.0f;
+            if (!isfinite(f)) rc = pi_set_error(PI_ERR_FORMAT, "blk.%d.ffn_freq[%d] is not finite", il, i);
+            tmp[i] = (ranked){ f, i };
+        }
+        if (L->ffn_freq && !rc) qsort(tmp, (size_t)n_ff, sizeof *tmp, by_freq_desc);
+        for (int i = 0; i < n_ff; i++) L->order[i] = tmp[i].id;
+    }
+    free(tmp);
+    return rc;
+}
+
 static int bind_tensors(pi_model *m) {
     const pi_model_info *h = &m->info;
     const int64_t d = h->n_embd, q_dim = (int64_t)h->n_head * m->head_dim, kv_dim = (int64_t)h->n_head_kv * m->head_dim;
@@ -439,7 +475,7 @@ static int bind_tensors(pi_model *m) {
         if (L->fc1.n_out > m->max_rank) m->max_rank = (int32_t)L->fc1.n_out;
     }
     if ((rc = read_thresholds(m))) return rc;
-    return pi_order_neurons(m);
+    return order_neurons(m);
 }
 
 /* GLU activations multiply by up, so they need a gate; the plain ones need its absence */

@@ -32,7 +32,7 @@ typedef struct {
     pi_weight ffn_down_t;   /* n_ff rows of n_embd: neuron i's down weights as row i */
     float *ffn_freq;        /* [n_ff] profiled activation frequency, or NULL */
     float threshold;        /* a neuron runs when its predictor logit >= threshold */
-    int32_t *order;         /* [n_ff] the neuron at each position, most frequent first (placement.c) */
+    int32_t *order;         /* [n_ff] the neuron at each position, most frequent first (ffn_freq) */
 } pi_layer;
 
 struct pi_model {

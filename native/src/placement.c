@@ -1,45 +1,10 @@
-/* placement.c - neuron order by profiled frequency, and the device budget plan (placement.h). */
+/* placement.c - the device budget plan (placement.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "placement.h"
 #include "status.h"
-
-typedef struct {
-    float freq;
-    int32_t id;
-} ranked;
-
-static int by_freq_desc(const void *a, const void *b) {
-    const ranked *x = a, *y = b;
-    if (x->freq != y->freq) return x->freq > y->freq ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
-int pi_order_neurons(pi_model *m) {
-    const int n_ff = m->info.n_ff, n_layer = m->info.n_layer;
-    m->orders = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
-    ranked *tmp = malloc((size_t)n_ff * sizeof *tmp);
-    if (!m->orders || !tmp) {
-        free(tmp);
-        return pi_set_error(PI_ERR_NOMEM, "no memory for the neuron order");
-    }
-    int rc = PI_OK;
-    for (int il = 0; il < n_layer && !rc; il++) {
-        pi_layer *L = &m->layers[il];
-        L->order = m->orders + (size_t)il * n_ff;
-        for (int i = 0; i < n_ff; i++) {
-            const float f = L->ffn_freq ? L->ffn_freq[i] : 0.0f;
-            if (!isfinite(f)) rc = pi_set_error(PI_ERR_FORMAT, "blk.%d.ffn_freq[%d] is not finite", il, i);
-            tmp[i] = (ranked){ f, i };
-        }
-        if (L->ffn_freq && !rc) qsort(tmp, (size_t)n_ff, sizeof *tmp, by_freq_desc);
-        for (int i = 0; i < n_ff; i++) L->order[i] = tmp[i].id;
-    }
-    free(tmp);
-    return rc;
-}
 
 static uint64_t weight_bytes(const pi_weight *w) { return w->data ? (uint64_t)w->row_bytes * (uint64_t)w->n_out : 0; }
 
@@ -49,7 +14,7 @@ uint64_t pi_neuron_bytes(const pi_layer *L) {
 
 /* what every token reads in a layer besides the FFN that the device can hold: attention and the
  * predictor; a parallel block's attention (falcon) stays on the CPU, its step holding the FFN
- * the split runs (offload.c), so only its predictor takes budget */
+ * the split runs (device/place.c), so only its predictor takes budget */
 static uint64_t layer_fixed_bytes(const pi_model *m, const pi_layer *L) {
     const uint64_t attention = weight_bytes(&L->attn_q) + weight_bytes(&L->attn_k) + weight_bytes(&L->attn_v) +
                                weight_bytes(&L->attn_output);

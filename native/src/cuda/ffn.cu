@@ -18,15 +18,16 @@ struct dev_layer {
 };
 
 struct pi_cuda_ffn {
-    int n_layer, n_embd, act, run, max_rank, max_hot, pending_runs;
+    int n_layer, n_embd, act, run, max_rank, max_hot, max_runs, pending_runs, waiting; // waiting: pending's layer
     dev_layer *layers;
-    cudaStream_t stream;
+    cudaStream_t stream; // the layers' (borrowed)
     cudaEvent_t done;
     float *x, *h, *a, *partial, *sum; // device: input, hidden, activations [max_hot], run sums
                                       // [max_runs][n_embd], their sum [n_embd]
     int32_t *rows;                    // device: neurons computed per run
     float *host_x, *host_sum;         // pinned
-    int32_t *host_rows;
+    int32_t *host_rows;               // pinned [n_layer][max_runs]: each layer's counts on their way back
+    int32_t *arriving;                // [n_layer] runs of counts on their way back, to collect
 };
 
 // ---- kernels ----
@@ -72,7 +73,7 @@ __global__ void k_down(dev_weight down_t, const float *a, int n_hot, int run, in
 }
 
 // sum[j] = the runs' partial[r][j] added in run order, skipping runs without neurons: the sum
-// the host's merge would make of them (device.h), handed back as one vector
+// pi_ffn_fold_hot makes of them on the host (ffn_sparse.h), handed back as one vector
 __global__ void k_fold(const float *partial, const int32_t *rows, int runs, int n_embd, float *sum) {
     const int j = blockIdx.x * DOWN_THREADS + threadIdx.x;
     if (j >= n_embd) return;
@@ -84,7 +85,7 @@ __global__ void k_fold(const float *partial, const int32_t *rows, int runs, int 
 
 // ---- host side ----
 
-extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const pi_cuda_layer *layers,
+extern "C" int pi_cuda_ffn_new(void *stream, int n_layer, int n_embd, int act, int run, const pi_cuda_layer *layers,
                                pi_cuda_ffn **out, char *err, size_t err_len) {
     *out = nullptr;
     pi_cuda_ffn *f = (pi_cuda_ffn *)calloc(1, sizeof *f);
@@ -93,11 +94,11 @@ extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const 
     f->n_embd = n_embd;
     f->act = act;
     f->run = run;
+    f->stream = (cudaStream_t)stream;
     f->layers = (dev_layer *)calloc((size_t)n_layer, sizeof *f->layers);
+    f->arriving = (int32_t *)calloc((size_t)n_layer + 1, sizeof *f->arriving);
     *out = f; // from here pi_cuda_ffn_free releases whatever was made
-    if (!f->layers) return snprintf(err, err_len, "no memory for the CUDA FFN"), -1;
-    TRY(cudaSetDevice(0), "selecting device 0");
-    TRY(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking), "creating a stream");
+    if (!f->layers || !f->arriving) return snprintf(err, err_len, "no memory for the CUDA FFN"), -1;
     TRY(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "creating an event");
     for (int il = 0; il < n_layer; il++) {
         const pi_cuda_layer *src = &layers[il];
@@ -120,6 +121,7 @@ extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const 
         if (L->n_hot > f->max_hot) f->max_hot = L->n_hot;
     }
     const int max_runs = (f->max_hot + run - 1) / run;
+    f->max_runs = max_runs;
     TRY(cudaMalloc(&f->x, (size_t)n_embd * sizeof(float)), "allocating the input");
     TRY(cudaMalloc(&f->h, (size_t)(f->max_rank + 1) * sizeof(float)), "allocating the hidden layer");
     TRY(cudaMalloc(&f->a, (size_t)(f->max_hot + 1) * sizeof(float)), "allocating activations");
@@ -128,31 +130,46 @@ extern "C" int pi_cuda_ffn_new(int n_layer, int n_embd, int act, int run, const 
     TRY(cudaMalloc(&f->rows, ((size_t)max_runs + 1) * sizeof(int32_t)), "allocating run counts");
     TRY(cudaMallocHost(&f->host_x, (size_t)n_embd * sizeof(float)), "pinning the input");
     TRY(cudaMallocHost(&f->host_sum, (size_t)n_embd * sizeof(float)), "pinning the runs' sum");
-    TRY(cudaMallocHost(&f->host_rows, ((size_t)max_runs + 1) * sizeof(int32_t)), "pinning run counts");
+    TRY(cudaMallocHost(&f->host_rows, ((size_t)n_layer * max_runs + 1) * sizeof(int32_t)), "pinning run counts");
+    return 0;
+}
+
+// queue layer's job on the device's x: counts, hidden layer, selection, down sums, their fold into
+// sum; then the counts on their way to the layer's slot of host_rows
+static int enqueue(pi_cuda_ffn *f, int layer, const float *x, float threshold, char *err, size_t err_len) {
+    const dev_layer *L = &f->layers[layer];
+    const int threads = WARPS_PER_BLOCK * 32;
+    TRY(cudaMemsetAsync(f->rows, 0, (size_t)L->hot_runs * sizeof(int32_t), f->stream), "clearing run counts");
+    PI_LAUNCH(k_hidden, (L->rank + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, f->stream)(L->fc1, x, f->h);
+    PI_LAUNCH(k_select, (L->n_hot + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, f->stream)(
+        *L, x, f->h, threshold, f->act, f->run, f->a, f->rows);
+    const dim3 grid((unsigned)L->hot_runs, (unsigned)((f->n_embd + DOWN_THREADS - 1) / DOWN_THREADS));
+    PI_LAUNCH(k_down, grid, DOWN_THREADS, f->stream)(L->down_t, f->a, L->n_hot, f->run, f->n_embd, f->partial);
+    PI_LAUNCH(k_fold, grid.y, DOWN_THREADS, f->stream)(f->partial, f->rows, L->hot_runs, f->n_embd, f->sum);
+    TRY(cudaGetLastError(), "launching the FFN kernels");
+    TRY(cudaMemcpyAsync(f->host_rows + (size_t)layer * f->max_runs, f->rows, (size_t)L->hot_runs * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, f->stream), "copying run counts back");
+    return 0;
+}
+
+static int check_layer(const pi_cuda_ffn *f, int layer, char *err, size_t err_len) {
+    if (layer < 0 || layer >= f->n_layer) return snprintf(err, err_len, "CUDA FFN: no layer %d", layer), -1;
     return 0;
 }
 
 extern "C" int pi_cuda_ffn_start(pi_cuda_ffn *f, int layer, const float *x, float threshold, char *err,
                                  size_t err_len) {
+    if (check_layer(f, layer, err, err_len)) return -1;
     const dev_layer *L = &f->layers[layer];
     f->pending_runs = L->hot_runs;
+    f->waiting = layer;
     if (!L->hot_runs) return 0;
-    const int threads = WARPS_PER_BLOCK * 32;
     memcpy(f->host_x, x, (size_t)f->n_embd * sizeof(float));
     TRY(cudaMemcpyAsync(f->x, f->host_x, (size_t)f->n_embd * sizeof(float), cudaMemcpyHostToDevice, f->stream),
         "copying the input");
-    TRY(cudaMemsetAsync(f->rows, 0, (size_t)L->hot_runs * sizeof(int32_t), f->stream), "clearing run counts");
-    PI_LAUNCH(k_hidden, (L->rank + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, f->stream)(L->fc1, f->x, f->h);
-    PI_LAUNCH(k_select, (L->n_hot + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK, threads, f->stream)(
-        *L, f->x, f->h, threshold, f->act, f->run, f->a, f->rows);
-    const dim3 grid((unsigned)L->hot_runs, (unsigned)((f->n_embd + DOWN_THREADS - 1) / DOWN_THREADS));
-    PI_LAUNCH(k_down, grid, DOWN_THREADS, f->stream)(L->down_t, f->a, L->n_hot, f->run, f->n_embd, f->partial);
-    PI_LAUNCH(k_fold, grid.y, DOWN_THREADS, f->stream)(f->partial, f->rows, L->hot_runs, f->n_embd, f->sum);
-    TRY(cudaGetLastError(), "launching the FFN kernels");
+    if (enqueue(f, layer, f->x, threshold, err, err_len)) return -1;
     TRY(cudaMemcpyAsync(f->host_sum, f->sum, (size_t)f->n_embd * sizeof(float), cudaMemcpyDeviceToHost, f->stream),
         "copying the runs' sum back");
-    TRY(cudaMemcpyAsync(f->host_rows, f->rows, (size_t)L->hot_runs * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                        f->stream), "copying run counts back");
     TRY(cudaEventRecord(f->done, f->stream), "recording the event");
     return 0;
 }
@@ -162,11 +179,34 @@ extern "C" int pi_cuda_ffn_wait(pi_cuda_ffn *f, float *run_acc, int32_t *run_row
     TRY(cudaEventSynchronize(f->done), "running the FFN kernels");
     memcpy(run_acc, f->host_sum, (size_t)f->n_embd * sizeof(float));
     int32_t neurons = 0;
-    for (int r = 0; r < f->pending_runs; r++) neurons += f->host_rows[r];
+    const int32_t *counts = f->host_rows + (size_t)f->waiting * f->max_runs;
+    for (int r = 0; r < f->pending_runs; r++) neurons += counts[r];
     run_rows[0] = neurons;
     for (int r = 1; r < f->pending_runs; r++) run_rows[r] = 0;
     f->pending_runs = 0;
     return 0;
+}
+
+extern "C" int pi_cuda_ffn_start_on(pi_cuda_ffn *f, int layer, const float *x, float threshold, char *err,
+                                    size_t err_len) {
+    if (check_layer(f, layer, err, err_len)) return -1;
+    const dev_layer *L = &f->layers[layer];
+    if (!L->hot_runs) return 0;
+    if (enqueue(f, layer, x, threshold, err, err_len)) return -1;
+    f->arriving[layer] = L->hot_runs;
+    return 0;
+}
+
+extern "C" const float *pi_cuda_ffn_sum(const pi_cuda_ffn *f) { return f->sum; }
+
+extern "C" int64_t pi_cuda_ffn_collect(pi_cuda_ffn *f) {
+    int64_t neurons = 0;
+    for (int il = 0; il < f->n_layer; il++) {
+        const int32_t *counts = f->host_rows + (size_t)il * f->max_runs;
+        for (int r = 0; r < f->arriving[il]; r++) neurons += counts[r];
+        f->arriving[il] = 0;
+    }
+    return neurons;
 }
 
 extern "C" void pi_cuda_ffn_free(pi_cuda_ffn *f) {
@@ -189,7 +229,7 @@ extern "C" void pi_cuda_ffn_free(pi_cuda_ffn *f) {
     cudaFreeHost(f->host_sum);
     cudaFreeHost(f->host_rows);
     if (f->done) cudaEventDestroy(f->done);
-    if (f->stream) cudaStreamDestroy(f->stream);
     cudaGetLastError();
+    free(f->arriving);
     free(f);
 }

@@ -30,7 +30,8 @@ struct pi_cuda_layers {
     float *x, *xn, *q, *k, *v, *att, *delta, *gate, *up; // [n_batch][...] activations
     float *scores;                                       // [n_batch * n_head][n_ctx]
     float *inv_freq;                                     // [2][n_rot / 2]
-    float *host_x;                                       // pinned [n_batch][n_embd]
+    float *host_x, *host_cold;                           // pinned [n_batch][n_embd], [n_embd]
+    cudaEvent_t xn_ready;                                // the split's normed row is on the host
     dev_weight output;                                   // data NULL: the output is the host's
     float *output_norm, *output_norm_b, *output_b;       // [n_embd], [n_embd], [n_vocab]
     float *logits;                                       // [n_batch][n_vocab]
@@ -170,6 +171,16 @@ __global__ void k_add(float *x, const float *delta, int count) {
     if (i < count) x[i] += delta[i];
 }
 
+// the split's merge: delta = cold + hot (hot NULL: no hot runs), then + b, in the host's order
+__global__ void k_merge(float *delta, const float *hot, const float *b, int count) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float v = delta[i];
+    if (hot) v += hot[i];
+    if (b) v += b[i];
+    delta[i] = v;
+}
+
 // ---- one layer ----
 
 static unsigned blocks_for(int64_t count) { return (unsigned)((count + THREADS - 1) / THREADS); }
@@ -306,6 +317,8 @@ extern "C" int pi_cuda_layers_new(const pi_cuda_shape *shape, int n_blocks, cons
     for (const auto &b : bufs) TRY(cudaMalloc(b.p, b.n * sizeof(float)), "allocating activations");
     TRY(cudaMemcpy(g->inv_freq, s->inv_freq, (size_t)s->n_rot * sizeof(float), cudaMemcpyHostToDevice), "uploading rope");
     TRY(cudaMallocHost(&g->host_x, B * s->n_embd * sizeof(float)), "pinning the residual stream");
+    TRY(cudaMallocHost(&g->host_cold, (size_t)s->n_embd * sizeof(float)), "pinning the cold sum");
+    TRY(cudaEventCreateWithFlags(&g->xn_ready, cudaEventDisableTiming), "creating an event");
     if (s->output.host) {
         if (!device_reads(&s->output))
             return snprintf(err, err_len, "CUDA: output type %u is not supported on the device", s->output.type), -1;
@@ -374,6 +387,47 @@ extern "C" int pi_cuda_logits(pi_cuda_layers *g, int n, int first, float *logits
     return 0;
 }
 
+extern "C" void *pi_cuda_layers_stream(pi_cuda_layers *g) { return (void *)g->stream; }
+
+extern "C" const float *pi_cuda_layers_xn(const pi_cuda_layers *g) { return g->xn; }
+
+// the split needs layer il's attention here (the stream is on the device after it) and its FFN norm
+static int check_split(const pi_cuda_layers *g, int il, int t, char *err, size_t err_len) {
+    if (il < 0 || il >= g->n_blocks || !g->blocks[il].q.data || !g->blocks[il].ffn_norm || t < 0 || t >= g->s.n_batch)
+        return snprintf(err, err_len, "CUDA layers: the split's norm of layer %d, token %d, is not on the device", il, t),
+               -1;
+    return 0;
+}
+
+extern "C" int pi_cuda_split_norm(pi_cuda_layers *g, int il, int t, float *xn, char *err, size_t err_len) {
+    if (check_split(g, il, t, err, err_len)) return -1;
+    const int d = g->s.n_embd;
+    const dev_block *L = &g->blocks[il];
+    norm(g, g->x + (size_t)t * d, L->ffn_norm, L->ffn_norm_b, g->xn, 1, d, g->s.layer_norm);
+    TRY(cudaGetLastError(), "launching the FFN norm");
+    TRY(cudaMemcpyAsync(g->host_x, g->xn, (size_t)d * sizeof(float), cudaMemcpyDeviceToHost, g->stream),
+        "copying the normed input back");
+    TRY(cudaEventRecord(g->xn_ready, g->stream), "recording the event");
+    TRY(cudaEventSynchronize(g->xn_ready), "norming the FFN input");
+    memcpy(xn, g->host_x, (size_t)d * sizeof(float));
+    return 0;
+}
+
+extern "C" int pi_cuda_split_merge(pi_cuda_layers *g, int il, int t, const float *hot, const float *cold, char *err,
+                                   size_t err_len) {
+    if (check_split(g, il, t, err, err_len)) return -1;
+    const int d = g->s.n_embd;
+    const dev_block *L = &g->blocks[il];
+    memcpy(g->host_cold, cold, (size_t)d * sizeof(float));
+    TRY(cudaMemcpyAsync(g->delta, g->host_cold, (size_t)d * sizeof(float), cudaMemcpyHostToDevice, g->stream),
+        "copying the cold sum");
+    PI_LAUNCH(k_merge, blocks_for(d), THREADS, g->stream)(g->delta, hot, L->down_b, d);
+    if (L->post_ffn_norm) rmsnorm(g, g->delta, L->post_ffn_norm, g->delta, 1, d);
+    add(g, g->x + (size_t)t * d, g->delta, d);
+    TRY(cudaGetLastError(), "launching the merge");
+    return 0;
+}
+
 extern "C" void pi_cuda_layers_free(pi_cuda_layers *g) {
     if (!g) return;
     for (int il = 0; g->blocks && il < g->n_blocks; il++) {
@@ -389,6 +443,8 @@ extern "C" void pi_cuda_layers_free(pi_cuda_layers *g) {
                      g->output.data, g->output_norm, g->output_norm_b, g->output_b, g->logits };
     for (void *p : bufs) cudaFree(p);
     cudaFreeHost(g->host_x);
+    cudaFreeHost(g->host_cold);
+    if (g->xn_ready) cudaEventDestroy(g->xn_ready);
     if (g->stream) cudaStreamDestroy(g->stream);
     cudaGetLastError();
     free(g);

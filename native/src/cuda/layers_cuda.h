@@ -1,7 +1,8 @@
 /* layers_cuda.h - transformer layers on a CUDA device, whole or their attention alone, and the
  * output matrix: llama.cpp's layer offload (n_gpu_layers), and the part of the hybrid split that
- * every token reads (attention and output, as the placement puts them in VRAM). Plain C:
- * offload.c calls it, nvcc compiles layers.cu against it.
+ * every token reads (attention and output, as the placement puts them in VRAM), with the split's
+ * norm and merge where the stream stays on the device. Plain C: device/cuda.c calls it, nvcc
+ * compiles layers.cu against it. The layers own the device's one stream.
  *
  * The device holds, per layer it was given, that layer's attention weights and KV cache (f16) and
  * its FFN weights when they came, in their GGUF formats; and the output norm and matrix when they
@@ -22,7 +23,7 @@ extern "C" {
  * PowerInfer's transposed ffn_down_t [n_ff][n_embd]. */
 typedef struct {
     pi_cuda_weight attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, ffn_down_t;
-    const float *attn_norm, *ffn_norm;                     /* required */
+    const float *attn_norm, *ffn_norm;                     /* required (ffn_norm: for the split's norm too) */
     const float *attn_norm_b, *ffn_norm_b;                 /* LayerNorm's biases */
     const float *attn_q_norm, *attn_k_norm;                /* [head_dim], per head */
     const float *post_attn_norm, *post_ffn_norm;
@@ -59,6 +60,18 @@ int pi_cuda_layer_attention(pi_cuda_layers *g, int il, int n, int pos0, char *er
 int pi_cuda_layer_ffn(pi_cuda_layers *g, int il, int n, char *err, size_t err_len);
 /* logits [n - first][n_vocab] = output(norm(x[first..n))), on the host when it returns. */
 int pi_cuda_logits(pi_cuda_layers *g, int n, int first, float *logits, char *err, size_t err_len);
+/* The stream (a cudaStream_t) every piece of the device queues its work on. */
+void *pi_cuda_layers_stream(pi_cuda_layers *g);
+
+/* The split with the stream on the device, for token t of layer il (whose attention it holds).
+ * split_norm: row t normed with the FFN's norm into the device's xn (at pi_cuda_layers_xn, for
+ * the hot runs), and copied to the host's xn [n_embd], which it waits for (and only for that).
+ * split_merge: x[t] += post_ffn_norm(cold + hot + ffn_down_b), cold the host's [n_embd], hot the
+ * device's hot sum or NULL when the layer has no hot runs. */
+int pi_cuda_split_norm(pi_cuda_layers *g, int il, int t, float *xn, char *err, size_t err_len);
+const float *pi_cuda_layers_xn(const pi_cuda_layers *g);
+int pi_cuda_split_merge(pi_cuda_layers *g, int il, int t, const float *hot, const float *cold, char *err,
+                        size_t err_len);
 void pi_cuda_layers_free(pi_cuda_layers *g);
 
 #ifdef __cplusplus

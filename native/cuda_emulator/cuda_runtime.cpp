@@ -1,4 +1,4 @@
-// emulator.cpp - the CUDA emulator's runtime (cuda_runtime.h): the device's memory, the device
+// cuda_runtime.cpp - the CUDA emulator's runtime (cuda_runtime.h): the device's memory, the device
 // thread and its queue, and the threads of a block as fibers meeting at barriers and shuffles.
 #include <sys/mman.h>
 

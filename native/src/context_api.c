@@ -1,0 +1,205 @@
+/* context_api.c - the context of powerinfer.h: make one (its buffers, threads and device), evaluate
+ * tokens in n_batch chunks, hand out logits and embeddings, save and load the sequence's state. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "context.h"
+#include "device/place.h"
+#include "forward.h"
+#include "status.h"
+
+PI_API pi_context_params pi_context_default_params(void) {
+    pi_context_params p = { .n_ctx = 512, .n_batch = 512, .n_threads = 0, .n_threads_batch = 0,
+                            .logits_all = 0, .kernel_impl = PI_IMPL_AUTO, .sparse = PI_SPARSE_DECODE,
+                            .sparse_threshold_shift = 0.0f, .device = PI_DEVICE_NONE, .vram_budget = 0,
+                            .embeddings = 0, .n_gpu_layers = 0 };
+    return p;
+}
+
+static int cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+
+PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
+    if (!m || !out) return pi_set_error(PI_ERR_ARG, "pi_context_new: NULL argument");
+    *out = NULL;
+    if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it cannot be evaluated");
+    const pi_model_info *h = &m->info;
+    const uint32_t n_ctx = p.n_ctx ? p.n_ctx : (uint32_t)h->n_ctx_train;
+    uint32_t n_batch = p.n_batch ? p.n_batch : 512;
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    if (n_ctx > (1u << 24)) return pi_set_error(PI_ERR_ARG, "n_ctx %u is too large", n_ctx);
+    if (m->position_embd.data && n_ctx > (uint32_t)h->n_ctx_train)
+        return pi_set_error(PI_ERR_ARG, "n_ctx %u is more than the model's %d learned positions", n_ctx, h->n_ctx_train);
+    pi_context *c = calloc(1, sizeof *c);
+    if (!c) return pi_set_error(PI_ERR_NOMEM, "no memory for the context");
+    c->model = m;
+    c->params = p;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_batch;
+    c->params.n_threads = p.n_threads > 0 ? p.n_threads : cpu_count();
+    c->params.n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : c->params.n_threads;
+    c->logits_rows = p.logits_all ? (int)n_ctx : 1;
+    int rc = pi_kernels_init(&c->kern, p.kernel_impl) == 0
+                 ? PI_OK
+                 : pi_set_error(PI_ERR_UNSUPPORTED, "kernel implementation %d is not available on this CPU", p.kernel_impl);
+    pi_vec_ops_init(&c->vec, p.kernel_impl != PI_IMPL_REF);
+    const int pool_size = c->params.n_threads > c->params.n_threads_batch ? c->params.n_threads : c->params.n_threads_batch;
+    if (!rc) rc = pi_context_alloc(c);
+    if (!rc) rc = pi_threadpool_new(pool_size, &c->pool);
+    if (!rc) rc = pi_place(c);
+    if (rc) {
+        pi_context_free(c);
+        return rc;
+    }
+    *out = c;
+    return PI_OK;
+}
+
+PI_API void pi_context_free(pi_context *c) {
+    if (!c) return;
+    pi_place_free(c); /* the device first: its thread may read the pool's size */
+    pi_threadpool_free(c->pool);
+    pi_context_release(c);
+    free(c);
+}
+
+PI_API uint32_t pi_context_n_ctx(const pi_context *c) { return c ? c->n_ctx : 0; }
+
+PI_API const char *pi_context_kernels(const pi_context *c) { return c ? c->kern.name : ""; }
+
+PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int32_t pos) {
+    if (!c || (!tokens && n_tokens > 0)) return pi_set_error(PI_ERR_ARG, "pi_decode: NULL argument");
+    if (n_tokens < 0 || pos < 0 || pos > c->n_past)
+        return pi_set_error(PI_ERR_ARG, "pi_decode: position %d with %d tokens is invalid (%d cached)", pos, n_tokens,
+                            c->n_past);
+    if ((int64_t)pos + n_tokens > (int64_t)c->n_ctx)
+        return pi_set_error(PI_ERR_CONTEXT, "Requested tokens (%lld) exceed context window of %u",
+                            (long long)pos + n_tokens, c->n_ctx);
+    const int32_t n_vocab = c->model->info.n_vocab;
+    for (int32_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return pi_set_error(PI_ERR_ARG, "token id %d at index %d is outside the vocabulary of %d", tokens[i], i,
+                                n_vocab);
+    c->n_past = pos;
+    c->capture_base = pos;
+    for (int32_t done = 0; done < n_tokens;) {
+        int n = n_tokens - done < (int32_t)c->n_batch ? n_tokens - done : (int32_t)c->n_batch;
+        int last_chunk = done + n == n_tokens;
+        int rc = pi_forward(c, tokens + done, n, c->params.logits_all ? PI_LOGITS_ALL : last_chunk ? PI_LOGITS_LAST : PI_LOGITS_NONE);
+        if (rc) return rc;
+        done += n;
+    }
+    return PI_OK;
+}
+
+PI_API int pi_context_set_capture(pi_context *c, float *ffn_in, float *act, int32_t max_tokens) {
+    if (!c) return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: NULL context");
+    if ((ffn_in == NULL) != (act == NULL) || max_tokens < 0 || (ffn_in && max_tokens == 0))
+        return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: give both buffers and max_tokens > 0, or neither");
+    c->capture_ffn_in = ffn_in;
+    c->capture_act = act;
+    c->capture_max = ffn_in ? max_tokens : 0;
+    return PI_OK;
+}
+
+PI_API int pi_context_get_stats(const pi_context *c, pi_stats *out) {
+    if (!c || !out) return pi_set_error(PI_ERR_ARG, "pi_context_get_stats: NULL argument");
+    *out = c->stats;
+    return PI_OK;
+}
+
+PI_API void pi_context_reset_stats(pi_context *c) {
+    if (c) memset(&c->stats, 0, sizeof c->stats);
+}
+
+PI_API float *pi_get_logits(pi_context *c, int32_t *rows) {
+    if (rows) *rows = c ? c->logits_rows : 0;
+    return c ? c->logits : NULL;
+}
+
+PI_API float *pi_get_embeddings(pi_context *c, int32_t *rows) {
+    if (rows) *rows = c && c->embd ? (int32_t)c->n_ctx : 0;
+    return c ? c->embd : NULL;
+}
+
+/* ---- state: a header, then per layer the keys and then the values of positions [0, n_past) ---- */
+
+typedef struct {
+    char magic[4];      /* "PIST" */
+    uint32_t version;
+    int32_t n_layer, kv_dim, n_embd, n_past;
+} state_header;
+
+static size_t state_bytes(const pi_context *c, int32_t n_past) {
+    const pi_model *m = c->model;
+    const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
+    return sizeof(state_header) + 2 * (size_t)m->info.n_layer * (size_t)n_past * kv_dim * sizeof(pi_fp16);
+}
+
+/* the caches' positions [0, n_past) to the blob after its header (save) or back (load) */
+static void copy_cache(pi_context *c, uint8_t *blob, int32_t n_past, int save) {
+    const size_t kv_dim = (size_t)c->model->info.n_head_kv * c->model->head_dim;
+    const size_t bytes = (size_t)n_past * kv_dim * sizeof(pi_fp16);
+    uint8_t *at = blob + sizeof(state_header);
+    for (int il = 0; il < c->model->info.n_layer; il++) {
+        pi_fp16 *caches[2] = { c->k_cache + (size_t)il * c->n_ctx * kv_dim, c->v_cache + (size_t)il * c->n_ctx * kv_dim };
+        for (int i = 0; i < 2; i++, at += bytes) {
+            if (save) memcpy(at, caches[i], bytes);
+            else memcpy(caches[i], at, bytes);
+        }
+    }
+}
+
+PI_API uint64_t pi_context_state_size(const pi_context *c) { return c ? state_bytes(c, c->n_past) : 0; }
+
+/* the cache of a layer whose attention runs on the device is in device memory, which the blob
+ * does not cover */
+static int refuse_offloaded_state(const pi_context *c) {
+    for (int il = 0; c->on_device && il < c->model->info.n_layer; il++)
+        if (c->on_device[il].attention)
+            return pi_set_error(PI_ERR_UNSUPPORTED, "saving or loading the state of a context whose attention runs on "
+                                                    "the device (layer offload, or the split's placed layers) is not "
+                                                    "supported");
+    return PI_OK;
+}
+
+PI_API int pi_context_get_state(const pi_context *c, uint8_t *dst, uint64_t size) {
+    if (!c || !dst) return pi_set_error(PI_ERR_ARG, "pi_context_get_state: NULL argument");
+    if (refuse_offloaded_state(c)) return PI_ERR_UNSUPPORTED;
+    if (size < state_bytes(c, c->n_past))
+        return pi_set_error(PI_ERR_ARG, "state buffer of %llu bytes is smaller than the %zu needed",
+                            (unsigned long long)size, state_bytes(c, c->n_past));
+    const pi_model *m = c->model;
+    const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
+    state_header h = { { 'P', 'I', 'S', 'T' }, 1, m->info.n_layer, (int32_t)kv_dim, m->info.n_embd, c->n_past };
+    memcpy(dst, &h, sizeof h);
+    copy_cache((pi_context *)c, dst, c->n_past, 1); /* reads the caches only */
+    return PI_OK;
+}
+
+PI_API int pi_context_set_state(pi_context *c, const uint8_t *src, uint64_t size) {
+    if (!c || !src) return pi_set_error(PI_ERR_ARG, "pi_context_set_state: NULL argument");
+    if (refuse_offloaded_state(c)) return PI_ERR_UNSUPPORTED;
+    const pi_model *m = c->model;
+    const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
+    state_header h;
+    if (size < sizeof h) return pi_set_error(PI_ERR_FORMAT, "state of %llu bytes is too short", (unsigned long long)size);
+    memcpy(&h, src, sizeof h);
+    if (memcmp(h.magic, "PIST", 4) || h.version != 1)
+        return pi_set_error(PI_ERR_FORMAT, "not a pypowerinfer state (or another version)");
+    if (h.n_layer != m->info.n_layer || h.kv_dim != (int32_t)kv_dim || h.n_embd != m->info.n_embd)
+        return pi_set_error(PI_ERR_FORMAT, "the state is of another model (%d layers, kv %d, n_embd %d)", h.n_layer,
+                            h.kv_dim, h.n_embd);
+    if (h.n_past < 0 || (uint32_t)h.n_past > c->n_ctx)
+        return pi_set_error(PI_ERR_CONTEXT, "the state holds %d positions, more than n_ctx %u", h.n_past, c->n_ctx);
+    if (size != state_bytes(c, h.n_past))
+        return pi_set_error(PI_ERR_FORMAT, "state of %llu bytes, expected %zu for %d positions",
+                            (unsigned long long)size, state_bytes(c, h.n_past), h.n_past);
+    copy_cache(c, (uint8_t *)src, h.n_past, 0); /* reads the blob only */
+    c->n_past = h.n_past;
+    return PI_OK;
+}

@@ -1,0 +1,177 @@
+/* host.c - the stand-in device (device.h): host memory and a host thread, computing with the
+ * CPU's own blocks and kernels on private copies of the stream and the hot rows. It counts the
+ * copies and waits at the points where a GPU would make them, so that their number is tested too. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "device/hot_rows.h"
+#include "forward.h"
+#include "ops.h"
+#include "status.h"
+
+typedef struct {
+    pi_device base;
+    pi_context *c;
+    float *x;           /* [n_batch][n_embd] the device's copy of the stream */
+    pi_hot_copy copy;   /* the split's hot rows; none without a split */
+    pthread_t thread;   /* computes the hot runs of a job, while the CPU threads take the cold ones */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int busy, quit, started;
+    ffn_job *job;
+} host_device;
+
+static void count(pi_context *c, int copies, int syncs) {
+    c->stats.device_copies += copies;
+    c->stats.device_syncs += syncs;
+}
+
+/* ---- the stream and the whole steps: the CPU's blocks with the context's x pointed at the copy ---- */
+
+static int host_x_in(pi_device *d, const float *x, int n) {
+    host_device *dev = (host_device *)d;
+    memcpy(dev->x, x, (size_t)n * dev->c->model->info.n_embd * sizeof(float));
+    count(dev->c, 1, 0);
+    return PI_OK;
+}
+
+static int host_x_out(pi_device *d, float *x, int n) {
+    host_device *dev = (host_device *)d;
+    memcpy(x, dev->x, (size_t)n * dev->c->model->info.n_embd * sizeof(float));
+    count(dev->c, 1, 1);
+    return PI_OK;
+}
+
+enum { STEP_ATTENTION, STEP_FFN, STEP_LOGITS };
+
+/* the host's copy of the stream is out of date meanwhile, and nothing reads it */
+static int on_copy(host_device *dev, int step, int il, int n, int pos0, int logits_mode) {
+    pi_context *c = dev->c;
+    float *host = c->x;
+    c->x = dev->x;
+    const int rc = step == STEP_ATTENTION ? pi_attention_block(c, il, n, pos0)
+                 : step == STEP_FFN       ? pi_ffn_block(c, il, n)
+                                          : pi_logits_block(c, n, pos0, logits_mode);
+    c->x = host;
+    return rc;
+}
+
+static int host_attention(pi_device *d, int il, int n, int pos0) {
+    return on_copy((host_device *)d, STEP_ATTENTION, il, n, pos0, 0);
+}
+
+static int host_ffn(pi_device *d, int il, int n) { return on_copy((host_device *)d, STEP_FFN, il, n, 0, 0); }
+
+static int host_logits(pi_device *d, int n, int pos0, int logits_mode) {
+    host_device *dev = (host_device *)d;
+    count(dev->c, 1, 1); /* the logits come back */
+    return on_copy(dev, STEP_LOGITS, 0, n, pos0, logits_mode);
+}
+
+/* ---- the split ---- */
+
+static void *hot_thread(void *arg) {
+    host_device *dev = arg;
+    pthread_mutex_lock(&dev->lock);
+    for (;;) {
+        while (!dev->busy && !dev->quit) pthread_cond_wait(&dev->cond, &dev->lock);
+        if (dev->quit) break;
+        ffn_job *job = dev->job;
+        pthread_mutex_unlock(&dev->lock);
+        pi_context *c = job->c;
+        const ffn_rows *w = &dev->copy.layers[job->L - c->model->layers];
+        /* the device's own hidden layer slot: the one after the CPU threads' */
+        const pi_act hq = pi_ffn_hidden(job, w, pi_threadpool_size(c->pool));
+        for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r);
+        pi_ffn_fold_hot(c, job->hot_runs); /* handed back as one vector, as a GPU hands it */
+        pthread_mutex_lock(&dev->lock);
+        dev->busy = 0;
+        pthread_cond_broadcast(&dev->cond);
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return NULL;
+}
+
+static int host_split_norm(pi_device *d, int il, int t, float *xn) {
+    host_device *dev = (host_device *)d;
+    pi_context *c = dev->c;
+    const pi_layer *L = &c->model->layers[il];
+    pi_norm(c, dev->x + (size_t)t * c->model->info.n_embd, L->ffn_norm, L->ffn_norm_b, xn, 1);
+    count(c, 1, 1);
+    return PI_OK;
+}
+
+static int host_split_start(pi_device *d, ffn_job *job, int resident) {
+    host_device *dev = (host_device *)d;
+    if (!resident) count(dev->c, 1, 0); /* the normed input goes in */
+    if (job->hot_runs <= 0) return PI_OK;
+    pthread_mutex_lock(&dev->lock);
+    dev->job = job;
+    dev->busy = 1;
+    pthread_cond_broadcast(&dev->cond);
+    pthread_mutex_unlock(&dev->lock);
+    return PI_OK;
+}
+
+static int host_split_end(pi_device *d, ffn_job *job, int t, float *cold) {
+    host_device *dev = (host_device *)d;
+    pi_context *c = dev->c;
+    pthread_mutex_lock(&dev->lock);
+    while (dev->busy) pthread_cond_wait(&dev->cond, &dev->lock);
+    pthread_mutex_unlock(&dev->lock);
+    if (!cold) {
+        count(c, 1, 1); /* the hot sum comes back */
+        return PI_OK;
+    }
+    count(c, 1, 0); /* the cold sum goes in; the merge is the device's */
+    pi_ffn_merge_hot(c, job, cold);
+    pi_ffn_residual(c, (int)(job->L - c->model->layers), dev->x + (size_t)t * c->model->info.n_embd, cold, 1);
+    return PI_OK;
+}
+
+static void host_free(pi_device *d) {
+    host_device *dev = (host_device *)d;
+    if (dev->started) {
+        pthread_mutex_lock(&dev->lock);
+        dev->quit = 1;
+        pthread_cond_broadcast(&dev->cond);
+        pthread_mutex_unlock(&dev->lock);
+        pthread_join(dev->thread, NULL);
+    }
+    pthread_mutex_destroy(&dev->lock);
+    pthread_cond_destroy(&dev->cond);
+    pi_hot_copy_free(&dev->copy);
+    free(dev->x);
+    free(dev);
+}
+
+static const pi_device_ops host_ops = {
+    "host", host_x_in, host_x_out, host_attention, host_ffn, host_logits,
+    host_split_norm, host_split_start, host_split_end, host_free,
+};
+
+int pi_device_host_new(pi_context *c, const pi_device_share *share, pi_device **out) {
+    (void)share; /* the stand-in reads the model's own weights, all of them */
+    host_device *dev = calloc(1, sizeof *dev);
+    if (!dev) return pi_set_error(PI_ERR_NOMEM, "no memory for the host device");
+    dev->base.ops = &host_ops;
+    dev->c = c;
+    pthread_mutex_init(&dev->lock, NULL);
+    pthread_cond_init(&dev->cond, NULL);
+    dev->x = malloc((size_t)c->n_batch * c->model->info.n_embd * sizeof(float));
+    int rc = dev->x ? PI_OK : pi_set_error(PI_ERR_NOMEM, "no memory for the host device's stream");
+    if (!rc && c->hot_runs) {
+        rc = pi_hot_copy_new(c, &dev->copy);
+        if (!rc && pthread_create(&dev->thread, NULL, hot_thread, dev) != 0)
+            rc = pi_set_error(PI_ERR_NOMEM, "cannot start the host device's thread");
+        dev->started = !rc;
+    }
+    if (rc) {
+        host_free(&dev->base);
+        return rc;
+    }
+    *out = &dev->base;
+    return PI_OK;
+}

@@ -1,0 +1,119 @@
+/* place.c - the steps and neurons a device takes (place.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "device/place.h"
+#include "placement.h"
+#include "status.h"
+
+/* The device the context asked for with the share, and the steps that then run on it. */
+static int start_device(pi_context *c, const pi_device_share *share) {
+    const int n_layer = c->model->info.n_layer;
+    c->on_device = calloc((size_t)(n_layer > 0 ? n_layer : 1), sizeof *c->on_device);
+    if (!c->on_device) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
+    const int rc = c->params.device == PI_DEVICE_HOST ? pi_device_host_new(c, share, &c->device)
+                                                      : pi_device_cuda_new(c, share, &c->device);
+    if (rc) return rc;
+    for (int il = 0; il < n_layer; il++) {
+        c->on_device[il].attention = il >= share->first_whole || (share->attention && share->attention[il]);
+        /* a parallel block's FFN runs inside its attention step */
+        c->on_device[il].ffn = il >= share->first_whole && !c->model->parallel;
+    }
+    c->logits_on_device = share->output;
+    return PI_OK;
+}
+
+/* ---- layer offload ---- */
+
+static int layer_offload(pi_context *c) {
+    const pi_model *m = c->model;
+    const int n_layer = m->info.n_layer, asked = c->params.n_gpu_layers;
+    const int first = asked < 0 || asked >= n_layer ? 0 : n_layer - asked;
+    for (int il = first; il < n_layer; il++)
+        if (!m->layers[il].ffn_down.data && !m->layers[il].ffn_down_t.data)
+            return pi_set_error(PI_ERR_UNSUPPORTED, "layer offload needs ffn_down or ffn_down_t (layer %d)", il);
+    /* the output too when every layer is offloaded and more asked (llama.cpp's n_layer + 1),
+     * unless the host needs the final hidden states for embeddings */
+    const pi_device_share share = { first, NULL, first == 0 && (asked < 0 || asked > n_layer) && !c->embd };
+    return start_device(c, &share);
+}
+
+static int offload(pi_context *c) {
+    if (c->params.vram_budget > 0)
+        return pi_set_error(PI_ERR_ARG, "n_gpu_layers and vram_budget are two ways to use the device: choose one");
+    const int rc = layer_offload(c);
+    if (rc != PI_ERR_UNSUPPORTED) return rc;
+    char why[256]; /* the message names the option; pi_set_error must not read its own buffer */
+    snprintf(why, sizeof why, "%s", pi_last_error());
+    return pi_set_error(PI_ERR_UNSUPPORTED, "n_gpu_layers: %s", why);
+}
+
+/* ---- the hot/cold split ---- */
+
+/* Each layer's layout: the plan's hot neurons first, whole runs of them, then the cold ones,
+ * each part in ascending neuron order. Returns whether any layer has hot runs. */
+static int lay_out(pi_context *c, const pi_layer_placement *plan, uint8_t *hot) {
+    const pi_model *m = c->model;
+    const int n_ff = m->info.n_ff;
+    int any = 0;
+    for (int il = 0; il < m->info.n_layer; il++) {
+        const pi_layer *L = &m->layers[il];
+        int32_t *layout = c->layout + (size_t)il * n_ff;
+        c->hot_runs[il] = (plan[il].n_hot + PI_FFN_RUN - 1) / PI_FFN_RUN;
+        any |= c->hot_runs[il] > 0;
+        memset(hot, 0, (size_t)n_ff);
+        for (int p = 0; p < plan[il].n_hot; p++) hot[L->order[p]] = 1;
+        int at = 0;
+        for (int side = 1; side >= 0; side--)
+            for (int i = 0; i < n_ff; i++)
+                if (hot[i] == side) layout[at++] = i;
+    }
+    return any;
+}
+
+/* With PI_DEVICE_NONE the layout still applies and the CPU computes every run: the reference
+ * the split is tested against. A parallel block's attention (falcon) stays on the CPU: that
+ * step holds the FFN, which the split runs (the plan spent no budget on it). */
+static int split(pi_context *c) {
+    const pi_model *m = c->model;
+    const int n_layer = m->info.n_layer, n_ff = m->info.n_ff;
+    pi_layer_placement *plan = malloc((size_t)n_layer * sizeof *plan);
+    uint8_t *hot = malloc((size_t)n_ff), *attention = calloc((size_t)n_layer, 1);
+    c->hot_runs = calloc((size_t)n_layer, sizeof(int32_t));
+    c->layout = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
+    int rc = !plan || !hot || !attention || !c->hot_runs || !c->layout
+                 ? pi_set_error(PI_ERR_NOMEM, "no memory for the placement") : PI_OK;
+    if (!rc) {
+        pi_placement_totals totals;
+        pi_plan_placement(m, c->params.vram_budget, plan, &totals);
+        int any = lay_out(c, plan, hot);
+        pi_device_share share = { n_layer, attention, totals.output_on_device && !c->embd };
+        any |= share.output;
+        for (int il = 0; il < n_layer; il++) any |= attention[il] = plan[il].fixed_on_device && !m->parallel;
+        if (any && c->params.device != PI_DEVICE_NONE) rc = start_device(c, &share);
+    }
+    free(plan);
+    free(hot);
+    free(attention);
+    return rc;
+}
+
+int pi_place(pi_context *c) {
+    if (c->params.device < PI_DEVICE_NONE || c->params.device > PI_DEVICE_CUDA)
+        return pi_set_error(PI_ERR_ARG, "unknown device %d", c->params.device);
+    if (c->params.n_gpu_layers != 0) return offload(c);
+    if (c->model->has_predictors && c->params.vram_budget > 0) return split(c);
+    return PI_OK;
+}
+
+void pi_place_free(pi_context *c) {
+    if (c->device) c->device->ops->free(c->device);
+    c->device = NULL;
+    free(c->on_device);
+    free(c->hot_runs);
+    free(c->layout);
+    c->on_device = NULL;
+    c->hot_runs = c->layout = NULL;
+}

@@ -1,0 +1,36 @@
+/* ops.h - the operations the forward pass is made of, on the context's scratch and threads:
+ * matmul and attention split across the thread pool, and the O(d) steps between them. */
+#ifndef PI_OPS_H
+#define PI_OPS_H
+#include "context.h"
+
+/* One weight a matmul reads and where its outputs go. */
+typedef struct {
+    const pi_weight *w;
+    float *Y;             /* [nt][w->n_out] */
+} pi_mm_target;
+
+/* Y_i[t] = W_i x[t] for up to three weights that read the same input, on the thread pool. */
+void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets);
+/* out[t][head] = softmax(q k^T / sqrt(hd)) v over the cached positions of layer il, for the n
+ * tokens at pos0.. (c->q, the caches), on the thread pool. */
+void pi_attention(pi_context *c, int il, int n, int pos0, float *out);
+/* y = sum_j a[j] * row j of a weight stored one neuron per row (ffn_down_t), on the thread pool;
+ * each thread a fixed share, so the sum is the same from run to run. */
+void pi_down_by_rows(pi_context *c, const pi_weight *w, const float *a, int n, float *y);
+
+/* y[t] += b for n rows of dim; nothing when b is NULL */
+void pi_add_bias(float *y, const float *b, int n, int dim);
+void pi_rmsnorm(const pi_context *c, const float *x, const float *w, float *out, int n, int d);
+/* a block's input norm over n rows of n_embd: RMSNorm, or LayerNorm, then its bias */
+void pi_norm(const pi_context *c, const float *x, const float *w, const float *b, float *out, int n);
+/* x in every form the kernels take: float, and 8-bit blocks where d allows and store has room */
+pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int n, int d);
+/* g = act(g, u) over count values (g = act(g) for an FFN without a gate), the model's activation */
+void pi_activate(const pi_context *c, float *g, const float *u, size_t count);
+/* the step's cos/sin table, then rotation of n tokens of n_heads heads (local: the second base) */
+void pi_rope_table(pi_context *c, int pos0, int n);
+void pi_rope(const pi_context *c, float *x, int n_heads, int n, int local);
+void pi_round_to_f16(float *x, int n);
+
+#endif
