@@ -1,7 +1,7 @@
 """`Llama`: llama-cpp-python's high-level API over the native runtime.
 
-A thin facade: native handles live in model.py, tokenization in tokenizer.py, sampling in
-sampling.py and response assembly in completion.py.
+A thin facade: native handles live in model.py, device policy in placement.py, tokenization in
+tokenizer.py, sampling in sampling.py and response assembly in completion.py.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import os
 import random
 import sys
 import threading
-import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -20,9 +19,8 @@ from .chat import (FORMATS, TemplateFormat, chunks_to_chat, completion_to_chat, 
                    response_format_grammar, tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
-from ._ffi import UnsupportedError, lib
-from .model import NativeContext, NativeModel, cuda_device_count
-from .placement import parse_budget
+from .model import NativeContext, NativeModel, Sparse
+from .placement import open_context
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
 from .sampling import (LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
                        logits_to_logprobs)
@@ -38,13 +36,6 @@ def _meta_str(value: object) -> str:
     if isinstance(value, float):
         return f"{value:f}"
     return str(value)
-
-
-def _sparse_mode(sparse: Union[bool, str]) -> int:
-    modes = {False: 0, True: 1, "decode": 1, "all": 2}
-    if sparse not in modes:
-        raise ValueError(f"sparse must be True, False, 'decode' or 'all', not {sparse!r}")
-    return modes[sparse]
 
 
 POOLING_NONE = 0
@@ -130,9 +121,11 @@ class Llama:
         self.n_batch = max(1, min(n_ctx, n_batch))
         options = dict(n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
                        n_threads_batch=self.n_threads_batch, logits_all=logits_all, kernel_impl=kernel_impl,
-                       sparse=_sparse_mode(sparse), sparse_threshold_shift=sparse_threshold_shift,
-                       embeddings=embedding, **self._split(vram_budget, hybrid_device, verbose))
-        self._ctx = self._context(options, n_gpu_layers, hybrid_device, verbose)
+                       sparse=Sparse.from_option(sparse), sparse_threshold_shift=sparse_threshold_shift,
+                       embeddings=embedding)
+        self._ctx, self.placement = open_context(self._model, options, n_gpu_layers=n_gpu_layers,
+                                                 vram_budget=vram_budget, hybrid_device=hybrid_device,
+                                                 verbose=verbose)
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
@@ -141,45 +134,6 @@ class Llama:
         if verbose:
             print(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
                   f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}", file=sys.stderr)
-
-    def _context(self, options: dict, n_gpu_layers: int, hybrid_device: str, verbose: bool) -> NativeContext:
-        """The native context, with layer offload when n_gpu_layers asks for it and a CUDA device
-        exists (or hybrid_device="host" asks for the stand-in device). Without one n_gpu_layers is
-        ignored, as llama-cpp-python's CPU build ignores it; a model whose layers the device cannot
-        run falls back to the CPU with a warning."""
-        if hybrid_device == "host" and n_gpu_layers:
-            options = {**options, "device": lib.PI_DEVICE_HOST}
-        elif n_gpu_layers == 0 or cuda_device_count() == 0:
-            if n_gpu_layers and verbose:
-                print("pypowerinfer: n_gpu_layers ignored: no CUDA device", file=sys.stderr)
-            return NativeContext(self._model, **options)
-        if options.get("vram_budget"):
-            raise ValueError("n_gpu_layers (layer offload) and vram_budget (the hybrid split) both use the device: "
-                             "choose one")
-        try:
-            return NativeContext(self._model, n_gpu_layers=n_gpu_layers, **options)
-        except UnsupportedError as e:
-            warnings.warn(f"n_gpu_layers: {e}; every layer runs on the CPU", stacklevel=3)
-            return NativeContext(self._model, **options)
-
-    def _split(self, vram_budget, hybrid_device: str, verbose: bool) -> dict:
-        """NativeContext's device and vram_budget for Llama's options; prints the placement."""
-        devices = {"none": lib.PI_DEVICE_NONE, "host": lib.PI_DEVICE_HOST, "cuda": lib.PI_DEVICE_CUDA}
-        if hybrid_device != "auto" and hybrid_device not in devices:
-            raise ValueError(f"hybrid_device must be 'auto', 'cuda', 'host' or 'none', not {hybrid_device!r}")
-        if vram_budget in (None, 0):
-            return {}
-        budget = parse_budget(vram_budget, self._model.device_bytes())
-        device = hybrid_device
-        if device == "auto":
-            device = "cuda" if cuda_device_count() > 0 else "none"
-            if device == "none":
-                warnings.warn("vram_budget: no CUDA device, so every neuron runs on the CPU", stacklevel=3)
-                return {}
-        self.placement = self._model.plan(budget)
-        if verbose:
-            print(self.placement.table(), file=sys.stderr)
-        return {"device": devices[device], "vram_budget": budget}
 
     # ---- properties llama-cpp-python exposes ----
     @property
