@@ -1,7 +1,8 @@
 """`Llama`: llama-cpp-python's high-level API over the native runtime.
 
 A thin facade: native handles live in model.py, device policy in placement.py, tokenization in
-tokenizer.py, sampling in sampling.py and response assembly in completion.py.
+tokenizer.py, sampling in sampling.py, response assembly in completion.py, chat formats in
+chat.py and embedding pooling in pooling.py.
 """
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .chat import (FORMATS, TemplateFormat, chunks_to_chat, completion_to_chat, forced_tool,
-                   response_format_grammar, tool_call_chunks, tool_call_to_chat)
+from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool, response_format_grammar,
+                   tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
 from .model import NativeContext, NativeModel, Sparse
 from .placement import open_context
+from .pooling import check_pooling, pool, pooling_of
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
 from .sampling import (LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
                        logits_to_logprobs)
@@ -36,16 +38,6 @@ def _meta_str(value: object) -> str:
     if isinstance(value, float):
         return f"{value:f}"
     return str(value)
-
-
-POOLING_NONE = 0
-# llama.cpp's pooling types: rows [n_tokens][n_embd] -> what embed returns for one text
-POOLINGS = {
-    POOLING_NONE: lambda rows: rows,
-    1: lambda rows: rows.mean(axis=0),   # mean
-    2: lambda rows: rows[0],             # cls: the first token
-    3: lambda rows: rows[-1],            # last token
-}
 
 
 class Llama:
@@ -99,7 +91,7 @@ class Llama:
         self.tokenizer_ = Tokenizer.from_metadata(meta)
         self._n_vocab = self.tokenizer_.n_vocab
         self.chat_format = chat_format
-        self._compiled_templates: Dict[str, TemplateFormat] = {}
+        self._chat_formats = ChatFormats(self.metadata, self.tokenizer_)
         self.last_n_tokens_size = last_n_tokens_size
         self._seed = seed or LLAMA_DEFAULT_SEED
         self._logits_all = logits_all
@@ -376,8 +368,7 @@ class Llama:
     # ---- embeddings ----
     def pooling_type(self) -> int:
         """The model's {arch}.pooling_type (llama.cpp's LLAMA_POOLING_TYPE_*; 0 none when absent)."""
-        arch = self.metadata.get("general.architecture", "llama")
-        return int(self.metadata.get(f"{arch}.pooling_type", POOLING_NONE))
+        return pooling_of(self.metadata)
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):
@@ -387,8 +378,7 @@ class Llama:
         if ctx.embeddings is None:
             raise RuntimeError("Llama model must be created with embedding=True to call this method")
         pooling = self.pooling_type()
-        if pooling not in POOLINGS:
-            raise NotImplementedError(f"pooling type {pooling} (rank) is not supported")
+        check_pooling(pooling)
         texts = [input] if isinstance(input, str) else list(input)
         out, total = [], 0
         with self._lock:
@@ -401,11 +391,7 @@ class Llama:
                 total += len(tokens)
                 if tokens:
                     ctx.decode(np.asarray(tokens, dtype=np.int32), 0)  # each text alone, from position 0
-                rows = POOLINGS[pooling](ctx.embeddings[: len(tokens)])
-                if normalize:
-                    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
-                    rows = np.divide(rows, norms, out=np.array(rows, dtype=np.float64), where=norms > 0)
-                out.append(np.asarray(rows, dtype=np.float64).tolist())
+                out.append(pool(ctx.embeddings[: len(tokens)], pooling, normalize))
             self.reset()
         result = out[0] if isinstance(input, str) else out
         return (result, total) if return_count else result
@@ -417,31 +403,9 @@ class Llama:
                 "usage": {"prompt_tokens": total, "total_tokens": total}}
 
     # ---- chat ----
-    def _chat_templates(self) -> Dict[str, str]:
-        """Jinja2 templates in the metadata: "chat_template.default" and "chat_template.<name>"."""
-        out = {k[len("tokenizer."):]: v for k, v in self.metadata.items() if k.startswith("tokenizer.chat_template.")}
-        if "tokenizer.chat_template" in self.metadata:
-            out["chat_template.default"] = self.metadata["tokenizer.chat_template"]
-        return out
-
     def _chat_format(self):
-        """The formatter of chat_format: a built-in name or a template of the metadata; without a
-        chat_format, the model's own template, else llama-2 (llama-cpp-python's fallback)."""
-        templates = self._chat_templates()
-        name = self.chat_format or ("chat_template.default" if "chat_template.default" in templates else "llama-2")
-        if name in FORMATS:
-            return FORMATS[name]
-        if name in templates:
-            source = templates[name]
-            if source not in self._compiled_templates:  # compiling a template costs more than rendering it
-                tok = self.tokenizer_
-                text = lambda i: tok.token_text(i) if i >= 0 else ""  # noqa: E731
-                eos = tok.eos_id if tok.eos_id >= 0 else None
-                self._compiled_templates[source] = TemplateFormat(source, bos_token=text(tok.bos_id),
-                                                                  eos_token=text(tok.eos_id), eos_id=eos)
-            return self._compiled_templates[source]
-        raise ValueError(f"unknown chat_format {name!r}: built-in formats are {', '.join(sorted(FORMATS))}"
-                         + (f"; the model has {', '.join(sorted(templates))}" if templates else ""))
+        """The formatter of chat_format (chat.ChatFormats)."""
+        return self._chat_formats.get(self.chat_format)
 
     def create_chat_completion(self, messages: List[Dict[str, Any]], functions: Optional[List[dict]] = None,
                                function_call=None, tools: Optional[List[dict]] = None, tool_choice=None,
