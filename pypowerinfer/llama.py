@@ -6,13 +6,14 @@ chat.py and embedding pooling in pooling.py.
 """
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
 import random
 import sys
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -241,13 +242,13 @@ class Llama:
                logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
                idx: Optional[int] = None, logit_bias: Optional[Dict[int, float]] = None) -> int:
         """Sample the next token from the logits of position idx (default: the last evaluated)."""
+        return self._sample(SamplingParams.from_arguments(locals(), self.last_n_tokens_size), logits_processor,
+                            grammar, idx)
+
+    def _sample(self, params: SamplingParams, logits_processor: Optional[LogitsProcessorList], grammar,
+                idx: Optional[int] = None) -> int:
         if self.n_tokens == 0:
             raise ValueError("sample() needs evaluated tokens: call eval() first")
-        params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-                                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                                presence_penalty=presence_penalty, penalty_last_n=self.last_n_tokens_size,
-                                logit_bias=logit_bias, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-                                mirostat_eta=mirostat_eta)
         end = self.n_tokens if idx is None else idx + 1
         # as llama-cpp-python: penalties see only what generate() sampled; a standalone call, nothing
         start = end if self._history_start is None else min(self._history_start, end)
@@ -267,6 +268,12 @@ class Llama:
                  stopping_criteria: Optional[StoppingCriteriaList] = None, grammar=None,
                  logit_bias: Optional[Dict[int, float]] = None) -> Iterator[int]:
         """Yield sampled tokens forever; the KV cache is reused for the prefix shared with the last call."""
+        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
+        yield from self._generate(tokens, params, reset, logits_processor, stopping_criteria, grammar)
+
+    def _generate(self, tokens: Sequence[int], params: SamplingParams, reset: bool,
+                  logits_processor: Optional[LogitsProcessorList], stopping_criteria: Optional[StoppingCriteriaList],
+                  grammar) -> Iterator[int]:
         tokens = list(tokens)
         if reset and self.n_tokens > 0:
             prefix = longest_token_prefix(self._input_ids.tolist(), tokens)
@@ -280,15 +287,10 @@ class Llama:
         if grammar is not None:
             grammar.reset()  # llama-cpp-python builds its grammar sampler afresh per generation
         self._history_start = self.n_tokens + len(tokens)
-        kwargs = dict(top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
-                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                      presence_penalty=presence_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-                      mirostat_eta=mirostat_eta, logits_processor=logits_processor, grammar=grammar,
-                      logit_bias=logit_bias)
         try:
             while True:
                 self.eval(tokens)
-                token = self.sample(**kwargs)
+                token = self._sample(params, logits_processor, grammar)
                 if stopping_criteria is not None and stopping_criteria(self._input_ids, self._last_logits()):
                     return
                 extra = yield token
@@ -309,6 +311,16 @@ class Llama:
                           logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
                           logit_bias: Optional[Dict[int, float]] = None):
         """Complete `prompt`; a dict, or an iterator of chunk dicts when stream=True."""
+        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
+        return self._complete(prompt, params, suffix=suffix, max_tokens=max_tokens, logprobs=logprobs, echo=echo,
+                              stop=stop, stream=stream, seed=seed, model=model, stopping_criteria=stopping_criteria,
+                              logits_processor=logits_processor, grammar=grammar)
+
+    def _complete(self, prompt: Union[str, List[int]], params: SamplingParams, *, suffix: Optional[str],
+                  max_tokens: Optional[int], logprobs: Optional[int], echo: bool,
+                  stop: Optional[Union[str, List[str]]], stream: bool, seed: Optional[int], model: Optional[str],
+                  stopping_criteria: Optional[StoppingCriteriaList], logits_processor: Optional[LogitsProcessorList],
+                  grammar):
         self._require_ctx()
         if isinstance(prompt, str):
             prompt_text = prompt
@@ -325,19 +337,14 @@ class Llama:
         room = self._n_ctx - len(prompt_tokens)
         max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        bias = {int(k): float(v) for k, v in logit_bias.items()} if logit_bias else None
         req = CompletionRequest(
             prompt_tokens=prompt_tokens, prompt_text=prompt_text, max_tokens=max_tokens,
             stops=[s.encode("utf-8") for s in stops], stream=stream, echo=echo, logprobs=logprobs,
             suffix=suffix, model_name=model if model is not None else self.model_path,
-            sample_kwargs=dict(top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temperature,
-                               repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                               presence_penalty=presence_penalty, mirostat_mode=mirostat_mode,
-                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                               logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                               grammar=grammar, logit_bias=bias),
         )
-        chunks = self._exclusive(req, seed)
+        generate = functools.partial(self._generate, params=params, reset=True, logits_processor=logits_processor,
+                                     stopping_criteria=stopping_criteria, grammar=grammar)
+        chunks = self._exclusive(req, seed, generate)
         if stream:
             return chunks
         try:
@@ -345,7 +352,8 @@ class Llama:
         finally:
             chunks.close()
 
-    def _exclusive(self, req: CompletionRequest, seed: Optional[int]) -> Iterator[dict]:
+    def _exclusive(self, req: CompletionRequest, seed: Optional[int],
+                   generate: Callable[[List[int]], Iterator[int]]) -> Iterator[dict]:
         """The completion's chunks, with the model to itself: a completion from another thread
         waits for this one to finish; one from the thread that is consuming it is refused."""
         me = threading.get_ident()
@@ -357,7 +365,7 @@ class Llama:
         try:
             self._load_cached_prefix(req.prompt_tokens)
             self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2**32))
-            yield from run_completion(self, req)
+            yield from run_completion(self, req, generate)
         finally:
             self._session_thread = None
             self._session.release()
@@ -420,6 +428,7 @@ class Llama:
                                logit_bias: Optional[Dict[int, float]] = None, logprobs: Optional[bool] = None,
                                top_logprobs: Optional[int] = None):
         """A chat completion of `messages` (a dict, or chat.completion.chunk dicts with stream=True)."""
+        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
         if functions is not None and tools is None:  # the legacy form, as tools for the template
             tools = [{"type": "function", "function": f} for f in functions]
         grammar = response_format_grammar(response_format) or grammar
@@ -436,13 +445,10 @@ class Llama:
         if chat.stop_token_ids:
             ends = frozenset(chat.stop_token_ids)
             criteria = StoppingCriteriaList([lambda ids, logits: int(ids[-1]) in ends])
-        out = self.create_completion(
-            prompt=prompt, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
-            logprobs=top_logprobs if logprobs else None, stream=stream, stop=stops, seed=seed,
-            max_tokens=max_tokens, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, model=model, logits_processor=logits_processor, stopping_criteria=criteria,
-            grammar=grammar, logit_bias=logit_bias)
+        out = self._complete(prompt, params, suffix=None, max_tokens=max_tokens,
+                             logprobs=top_logprobs if logprobs else None, echo=False, stop=stops, stream=stream,
+                             seed=seed, model=model, stopping_criteria=criteria, logits_processor=logits_processor,
+                             grammar=grammar)
         if forced is not None:
             return tool_call_chunks(forced["function"]["name"], out) if stream else \
                 tool_call_to_chat(forced["function"]["name"], out)
