@@ -194,6 +194,43 @@ FORMATS: Dict[str, Callable[..., ChatPrompt]] = {
 }
 
 
+# ---- the model's format ----
+
+class ChatFormats:
+    """The format `Llama.chat_format` names: a built-in, or a Jinja2 template of the metadata
+    ("chat_template.default" is tokenizer.chat_template, "chat_template.<name>" is
+    tokenizer.chat_template.<name>). Without a name, the model's own template, else llama-2
+    (llama-cpp-python's fallback)."""
+
+    def __init__(self, metadata: Dict[str, str], tokenizer):
+        self._metadata = metadata
+        self._tokenizer = tokenizer
+        self._compiled: Dict[str, TemplateFormat] = {}  # by source: compiling costs more than rendering
+
+    def templates(self) -> Dict[str, str]:
+        out = {k[len("tokenizer."):]: v for k, v in self._metadata.items() if k.startswith("tokenizer.chat_template.")}
+        if "tokenizer.chat_template" in self._metadata:
+            out["chat_template.default"] = self._metadata["tokenizer.chat_template"]
+        return out
+
+    def get(self, chat_format: Optional[str]) -> Callable[..., ChatPrompt]:
+        templates = self.templates()
+        name = chat_format or ("chat_template.default" if "chat_template.default" in templates else "llama-2")
+        if name in FORMATS:
+            return FORMATS[name]
+        if name in templates:
+            source = templates[name]
+            if source not in self._compiled:
+                tok = self._tokenizer
+                text = lambda i: tok.token_text(i) if i >= 0 else ""  # noqa: E731
+                eos = tok.eos_id if tok.eos_id >= 0 else None
+                self._compiled[source] = TemplateFormat(source, bos_token=text(tok.bos_id),
+                                                        eos_token=text(tok.eos_id), eos_id=eos)
+            return self._compiled[source]
+        raise ValueError(f"unknown chat_format {name!r}: built-in formats are {', '.join(sorted(FORMATS))}"
+                         + (f"; the model has {', '.join(sorted(templates))}" if templates else ""))
+
+
 # ---- completion dicts -> chat dicts ----
 
 def _chat_logprobs(lp: Optional[dict]) -> Optional[dict]:

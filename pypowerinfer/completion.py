@@ -1,20 +1,35 @@
 """Assemble llama-cpp-python's completion dicts from a token stream.
 
-`run_completion` drives `Llama.generate` and yields, for stream=True, chunks whose texts never
-split a UTF-8 character or show part of a stop string, then a final chunk with the
+`run_completion` drives a token generator (`Llama`'s) and yields, for stream=True, chunks whose
+texts never split a UTF-8 character or show part of a stop string, then a final chunk with the
 finish_reason; for stream=False, one full response with usage.
 """
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, List, Optional, Protocol, Sequence
+
+import numpy as np
 
 from .sampling import logits_to_logprobs, top_logprobs
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .llama import Llama
+
+class CompletionModel(Protocol):
+    """What a completion reads of its `Llama` (described here so that this module, which llama.py
+    imports, does not import llama.py)."""
+
+    tokenizer_: Any  # tokenizer.Tokenizer: is_eog
+    cache: Any  # state.BaseLlamaCache or None
+    scores: np.ndarray
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None,
+                   special: bool = False) -> bytes: ...
+
+    def token_bos(self) -> int: ...
+
+    def save_state(self) -> Any: ...
 
 
 def utf8_complete_prefix(data: bytes) -> int:
@@ -58,13 +73,12 @@ class CompletionRequest:
     logprobs: Optional[int]
     suffix: Optional[str]
     model_name: str
-    sample_kwargs: dict = field(default_factory=dict)
 
 
 class _Logprobs:
     """Builds the OpenAI-style logprobs dict for a run of tokens."""
 
-    def __init__(self, llm: "Llama", n_top: int):
+    def __init__(self, llm: CompletionModel, n_top: int):
         self.llm = llm
         self.n_top = n_top
 
@@ -104,7 +118,9 @@ def _chunk(cid: str, created: int, model: str, text: str, logprobs, finish_reaso
             "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish_reason}]}
 
 
-def run_completion(llm: "Llama", req: CompletionRequest) -> Iterator[dict]:
+def run_completion(llm: CompletionModel, req: CompletionRequest,
+                   generate: Callable[[List[int]], Iterator[int]]) -> Iterator[dict]:
+    """The response (or chunks) of the tokens generate(prompt_tokens) samples."""
     cid, created = f"cmpl-{uuid.uuid4()}", int(time.time())
     prompt_tokens = req.prompt_tokens
     completion: list[int] = []
@@ -124,7 +140,7 @@ def run_completion(llm: "Llama", req: CompletionRequest) -> Iterator[dict]:
         return out
 
     if req.max_tokens > 0:
-        for token in llm.generate(prompt_tokens, **req.sample_kwargs):
+        for token in generate(prompt_tokens):
             if llm.tokenizer_.is_eog(token):
                 finish_reason = "stop"
                 break

@@ -1,28 +1,29 @@
 """`Llama`: llama-cpp-python's high-level API over the native runtime.
 
-A thin facade: native handles live in model.py, tokenization in tokenizer.py, sampling in
-sampling.py and response assembly in completion.py.
+A thin facade: native handles live in model.py, device policy in placement.py, tokenization in
+tokenizer.py, sampling in sampling.py, response assembly in completion.py, chat formats in
+chat.py and embedding pooling in pooling.py.
 """
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
 import random
 import sys
 import threading
-import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .chat import (FORMATS, TemplateFormat, chunks_to_chat, completion_to_chat, forced_tool,
-                   response_format_grammar, tool_call_chunks, tool_call_to_chat)
+from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool, response_format_grammar,
+                   tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
-from ._ffi import UnsupportedError, lib
-from .model import NativeContext, NativeModel, cuda_device_count
-from .placement import parse_budget
+from .model import NativeContext, NativeModel, Sparse
+from .placement import open_context
+from .pooling import check_pooling, pool, pooling_of
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
 from .sampling import (LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
                        logits_to_logprobs)
@@ -38,23 +39,6 @@ def _meta_str(value: object) -> str:
     if isinstance(value, float):
         return f"{value:f}"
     return str(value)
-
-
-def _sparse_mode(sparse: Union[bool, str]) -> int:
-    modes = {False: 0, True: 1, "decode": 1, "all": 2}
-    if sparse not in modes:
-        raise ValueError(f"sparse must be True, False, 'decode' or 'all', not {sparse!r}")
-    return modes[sparse]
-
-
-POOLING_NONE = 0
-# llama.cpp's pooling types: rows [n_tokens][n_embd] -> what embed returns for one text
-POOLINGS = {
-    POOLING_NONE: lambda rows: rows,
-    1: lambda rows: rows.mean(axis=0),   # mean
-    2: lambda rows: rows[0],             # cls: the first token
-    3: lambda rows: rows[-1],            # last token
-}
 
 
 class Llama:
@@ -108,7 +92,7 @@ class Llama:
         self.tokenizer_ = Tokenizer.from_metadata(meta)
         self._n_vocab = self.tokenizer_.n_vocab
         self.chat_format = chat_format
-        self._compiled_templates: Dict[str, TemplateFormat] = {}
+        self._chat_formats = ChatFormats(self.metadata, self.tokenizer_)
         self.last_n_tokens_size = last_n_tokens_size
         self._seed = seed or LLAMA_DEFAULT_SEED
         self._logits_all = logits_all
@@ -130,9 +114,11 @@ class Llama:
         self.n_batch = max(1, min(n_ctx, n_batch))
         options = dict(n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
                        n_threads_batch=self.n_threads_batch, logits_all=logits_all, kernel_impl=kernel_impl,
-                       sparse=_sparse_mode(sparse), sparse_threshold_shift=sparse_threshold_shift,
-                       embeddings=embedding, **self._split(vram_budget, hybrid_device, verbose))
-        self._ctx = self._context(options, n_gpu_layers, hybrid_device, verbose)
+                       sparse=Sparse.from_option(sparse), sparse_threshold_shift=sparse_threshold_shift,
+                       embeddings=embedding)
+        self._ctx, self.placement = open_context(self._model, options, n_gpu_layers=n_gpu_layers,
+                                                 vram_budget=vram_budget, hybrid_device=hybrid_device,
+                                                 verbose=verbose)
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
@@ -141,45 +127,6 @@ class Llama:
         if verbose:
             print(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
                   f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}", file=sys.stderr)
-
-    def _context(self, options: dict, n_gpu_layers: int, hybrid_device: str, verbose: bool) -> NativeContext:
-        """The native context, with layer offload when n_gpu_layers asks for it and a CUDA device
-        exists (or hybrid_device="host" asks for the stand-in device). Without one n_gpu_layers is
-        ignored, as llama-cpp-python's CPU build ignores it; a model whose layers the device cannot
-        run falls back to the CPU with a warning."""
-        if hybrid_device == "host" and n_gpu_layers:
-            options = {**options, "device": lib.PI_DEVICE_HOST}
-        elif n_gpu_layers == 0 or cuda_device_count() == 0:
-            if n_gpu_layers and verbose:
-                print("pypowerinfer: n_gpu_layers ignored: no CUDA device", file=sys.stderr)
-            return NativeContext(self._model, **options)
-        if options.get("vram_budget"):
-            raise ValueError("n_gpu_layers (layer offload) and vram_budget (the hybrid split) both use the device: "
-                             "choose one")
-        try:
-            return NativeContext(self._model, n_gpu_layers=n_gpu_layers, **options)
-        except UnsupportedError as e:
-            warnings.warn(f"n_gpu_layers: {e}; every layer runs on the CPU", stacklevel=3)
-            return NativeContext(self._model, **options)
-
-    def _split(self, vram_budget, hybrid_device: str, verbose: bool) -> dict:
-        """NativeContext's device and vram_budget for Llama's options; prints the placement."""
-        devices = {"none": lib.PI_DEVICE_NONE, "host": lib.PI_DEVICE_HOST, "cuda": lib.PI_DEVICE_CUDA}
-        if hybrid_device != "auto" and hybrid_device not in devices:
-            raise ValueError(f"hybrid_device must be 'auto', 'cuda', 'host' or 'none', not {hybrid_device!r}")
-        if vram_budget in (None, 0):
-            return {}
-        budget = parse_budget(vram_budget, self._model.device_bytes())
-        device = hybrid_device
-        if device == "auto":
-            device = "cuda" if cuda_device_count() > 0 else "none"
-            if device == "none":
-                warnings.warn("vram_budget: no CUDA device, so every neuron runs on the CPU", stacklevel=3)
-                return {}
-        self.placement = self._model.plan(budget)
-        if verbose:
-            print(self.placement.table(), file=sys.stderr)
-        return {"device": devices[device], "vram_budget": budget}
 
     # ---- properties llama-cpp-python exposes ----
     @property
@@ -295,13 +242,13 @@ class Llama:
                logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
                idx: Optional[int] = None, logit_bias: Optional[Dict[int, float]] = None) -> int:
         """Sample the next token from the logits of position idx (default: the last evaluated)."""
+        return self._sample(SamplingParams.from_arguments(locals(), self.last_n_tokens_size), logits_processor,
+                            grammar, idx)
+
+    def _sample(self, params: SamplingParams, logits_processor: Optional[LogitsProcessorList], grammar,
+                idx: Optional[int] = None) -> int:
         if self.n_tokens == 0:
             raise ValueError("sample() needs evaluated tokens: call eval() first")
-        params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-                                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                                presence_penalty=presence_penalty, penalty_last_n=self.last_n_tokens_size,
-                                logit_bias=logit_bias, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-                                mirostat_eta=mirostat_eta)
         end = self.n_tokens if idx is None else idx + 1
         # as llama-cpp-python: penalties see only what generate() sampled; a standalone call, nothing
         start = end if self._history_start is None else min(self._history_start, end)
@@ -321,6 +268,12 @@ class Llama:
                  stopping_criteria: Optional[StoppingCriteriaList] = None, grammar=None,
                  logit_bias: Optional[Dict[int, float]] = None) -> Iterator[int]:
         """Yield sampled tokens forever; the KV cache is reused for the prefix shared with the last call."""
+        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
+        yield from self._generate(tokens, params, reset, logits_processor, stopping_criteria, grammar)
+
+    def _generate(self, tokens: Sequence[int], params: SamplingParams, reset: bool,
+                  logits_processor: Optional[LogitsProcessorList], stopping_criteria: Optional[StoppingCriteriaList],
+                  grammar) -> Iterator[int]:
         tokens = list(tokens)
         if reset and self.n_tokens > 0:
             prefix = longest_token_prefix(self._input_ids.tolist(), tokens)
@@ -334,15 +287,10 @@ class Llama:
         if grammar is not None:
             grammar.reset()  # llama-cpp-python builds its grammar sampler afresh per generation
         self._history_start = self.n_tokens + len(tokens)
-        kwargs = dict(top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temp,
-                      repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                      presence_penalty=presence_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-                      mirostat_eta=mirostat_eta, logits_processor=logits_processor, grammar=grammar,
-                      logit_bias=logit_bias)
         try:
             while True:
                 self.eval(tokens)
-                token = self.sample(**kwargs)
+                token = self._sample(params, logits_processor, grammar)
                 if stopping_criteria is not None and stopping_criteria(self._input_ids, self._last_logits()):
                     return
                 extra = yield token
@@ -363,6 +311,16 @@ class Llama:
                           logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
                           logit_bias: Optional[Dict[int, float]] = None):
         """Complete `prompt`; a dict, or an iterator of chunk dicts when stream=True."""
+        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
+        return self._complete(prompt, params, suffix=suffix, max_tokens=max_tokens, logprobs=logprobs, echo=echo,
+                              stop=stop, stream=stream, seed=seed, model=model, stopping_criteria=stopping_criteria,
+                              logits_processor=logits_processor, grammar=grammar)
+
+    def _complete(self, prompt: Union[str, List[int]], params: SamplingParams, *, suffix: Optional[str],
+                  max_tokens: Optional[int], logprobs: Optional[int], echo: bool,
+                  stop: Optional[Union[str, List[str]]], stream: bool, seed: Optional[int], model: Optional[str],
+                  stopping_criteria: Optional[StoppingCriteriaList], logits_processor: Optional[LogitsProcessorList],
+                  grammar):
         self._require_ctx()
         if isinstance(prompt, str):
             prompt_text = prompt
@@ -379,19 +337,14 @@ class Llama:
         room = self._n_ctx - len(prompt_tokens)
         max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        bias = {int(k): float(v) for k, v in logit_bias.items()} if logit_bias else None
         req = CompletionRequest(
             prompt_tokens=prompt_tokens, prompt_text=prompt_text, max_tokens=max_tokens,
             stops=[s.encode("utf-8") for s in stops], stream=stream, echo=echo, logprobs=logprobs,
             suffix=suffix, model_name=model if model is not None else self.model_path,
-            sample_kwargs=dict(top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, temp=temperature,
-                               repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                               presence_penalty=presence_penalty, mirostat_mode=mirostat_mode,
-                               mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                               logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                               grammar=grammar, logit_bias=bias),
         )
-        chunks = self._exclusive(req, seed)
+        generate = functools.partial(self._generate, params=params, reset=True, logits_processor=logits_processor,
+                                     stopping_criteria=stopping_criteria, grammar=grammar)
+        chunks = self._exclusive(req, seed, generate)
         if stream:
             return chunks
         try:
@@ -399,7 +352,8 @@ class Llama:
         finally:
             chunks.close()
 
-    def _exclusive(self, req: CompletionRequest, seed: Optional[int]) -> Iterator[dict]:
+    def _exclusive(self, req: CompletionRequest, seed: Optional[int],
+                   generate: Callable[[List[int]], Iterator[int]]) -> Iterator[dict]:
         """The completion's chunks, with the model to itself: a completion from another thread
         waits for this one to finish; one from the thread that is consuming it is refused."""
         me = threading.get_ident()
@@ -411,7 +365,7 @@ class Llama:
         try:
             self._load_cached_prefix(req.prompt_tokens)
             self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2**32))
-            yield from run_completion(self, req)
+            yield from run_completion(self, req, generate)
         finally:
             self._session_thread = None
             self._session.release()
@@ -422,8 +376,7 @@ class Llama:
     # ---- embeddings ----
     def pooling_type(self) -> int:
         """The model's {arch}.pooling_type (llama.cpp's LLAMA_POOLING_TYPE_*; 0 none when absent)."""
-        arch = self.metadata.get("general.architecture", "llama")
-        return int(self.metadata.get(f"{arch}.pooling_type", POOLING_NONE))
+        return pooling_of(self.metadata)
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):
@@ -433,8 +386,7 @@ class Llama:
         if ctx.embeddings is None:
             raise RuntimeError("Llama model must be created with embedding=True to call this method")
         pooling = self.pooling_type()
-        if pooling not in POOLINGS:
-            raise NotImplementedError(f"pooling type {pooling} (rank) is not supported")
+        check_pooling(pooling)
         texts = [input] if isinstance(input, str) else list(input)
         out, total = [], 0
         with self._lock:
@@ -447,11 +399,7 @@ class Llama:
                 total += len(tokens)
                 if tokens:
                     ctx.decode(np.asarray(tokens, dtype=np.int32), 0)  # each text alone, from position 0
-                rows = POOLINGS[pooling](ctx.embeddings[: len(tokens)])
-                if normalize:
-                    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
-                    rows = np.divide(rows, norms, out=np.array(rows, dtype=np.float64), where=norms > 0)
-                out.append(np.asarray(rows, dtype=np.float64).tolist())
+                out.append(pool(ctx.embeddings[: len(tokens)], pooling, normalize))
             self.reset()
         result = out[0] if isinstance(input, str) else out
         return (result, total) if return_count else result
@@ -463,31 +411,9 @@ class Llama:
                 "usage": {"prompt_tokens": total, "total_tokens": total}}
 
     # ---- chat ----
-    def _chat_templates(self) -> Dict[str, str]:
-        """Jinja2 templates in the metadata: "chat_template.default" and "chat_template.<name>"."""
-        out = {k[len("tokenizer."):]: v for k, v in self.metadata.items() if k.startswith("tokenizer.chat_template.")}
-        if "tokenizer.chat_template" in self.metadata:
-            out["chat_template.default"] = self.metadata["tokenizer.chat_template"]
-        return out
-
     def _chat_format(self):
-        """The formatter of chat_format: a built-in name or a template of the metadata; without a
-        chat_format, the model's own template, else llama-2 (llama-cpp-python's fallback)."""
-        templates = self._chat_templates()
-        name = self.chat_format or ("chat_template.default" if "chat_template.default" in templates else "llama-2")
-        if name in FORMATS:
-            return FORMATS[name]
-        if name in templates:
-            source = templates[name]
-            if source not in self._compiled_templates:  # compiling a template costs more than rendering it
-                tok = self.tokenizer_
-                text = lambda i: tok.token_text(i) if i >= 0 else ""  # noqa: E731
-                eos = tok.eos_id if tok.eos_id >= 0 else None
-                self._compiled_templates[source] = TemplateFormat(source, bos_token=text(tok.bos_id),
-                                                                  eos_token=text(tok.eos_id), eos_id=eos)
-            return self._compiled_templates[source]
-        raise ValueError(f"unknown chat_format {name!r}: built-in formats are {', '.join(sorted(FORMATS))}"
-                         + (f"; the model has {', '.join(sorted(templates))}" if templates else ""))
+        """The formatter of chat_format (chat.ChatFormats)."""
+        return self._chat_formats.get(self.chat_format)
 
     def create_chat_completion(self, messages: List[Dict[str, Any]], functions: Optional[List[dict]] = None,
                                function_call=None, tools: Optional[List[dict]] = None, tool_choice=None,
@@ -502,6 +428,7 @@ class Llama:
                                logit_bias: Optional[Dict[int, float]] = None, logprobs: Optional[bool] = None,
                                top_logprobs: Optional[int] = None):
         """A chat completion of `messages` (a dict, or chat.completion.chunk dicts with stream=True)."""
+        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
         if functions is not None and tools is None:  # the legacy form, as tools for the template
             tools = [{"type": "function", "function": f} for f in functions]
         grammar = response_format_grammar(response_format) or grammar
@@ -518,13 +445,10 @@ class Llama:
         if chat.stop_token_ids:
             ends = frozenset(chat.stop_token_ids)
             criteria = StoppingCriteriaList([lambda ids, logits: int(ids[-1]) in ends])
-        out = self.create_completion(
-            prompt=prompt, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
-            logprobs=top_logprobs if logprobs else None, stream=stream, stop=stops, seed=seed,
-            max_tokens=max_tokens, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-            mirostat_eta=mirostat_eta, model=model, logits_processor=logits_processor, stopping_criteria=criteria,
-            grammar=grammar, logit_bias=logit_bias)
+        out = self._complete(prompt, params, suffix=None, max_tokens=max_tokens,
+                             logprobs=top_logprobs if logprobs else None, echo=False, stop=stops, stream=stream,
+                             seed=seed, model=model, stopping_criteria=criteria, logits_processor=logits_processor,
+                             grammar=grammar)
         if forced is not None:
             return tool_call_chunks(forced["function"]["name"], out) if stream else \
                 tool_call_to_chat(forced["function"]["name"], out)

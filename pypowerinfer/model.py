@@ -1,4 +1,5 @@
-"""Thin typed wrappers over the native handles: a loaded model and a run context.
+"""Thin typed wrappers over the native handles: a loaded model and a run context, and the
+typed results and options of their calls.
 
 Ownership: each wrapper owns its handle through `ffi.gc` and also frees it on `close()`.
 A context keeps a reference to its model so the model cannot be freed first.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 
@@ -27,6 +29,36 @@ ACTIVATIONS = {lib.PI_ACT_SILU_GLU: "silu_glu", lib.PI_ACT_RELU_GLU: "relu_glu",
                lib.PI_ACT_RELU: "relu", lib.PI_ACT_GELU: "gelu"}
 
 
+class Device(IntEnum):
+    """Where the device side of the hot/cold split, or of layer offload, runs (PI_DEVICE_*)."""
+    NONE = lib.PI_DEVICE_NONE  # everything on the CPU
+    HOST = lib.PI_DEVICE_HOST  # a stand-in on a host thread: the split without a GPU (tests, CI)
+    CUDA = lib.PI_DEVICE_CUDA  # CUDA device 0
+
+
+class Sparse(IntEnum):
+    """Which tokens run only the FFN neurons the predictors pick (PI_SPARSE_*)."""
+    OFF = lib.PI_SPARSE_OFF        # dense everywhere: the exact result
+    DECODE = lib.PI_SPARSE_DECODE  # one-token steps only; prompts run dense
+    ALL = lib.PI_SPARSE_ALL        # prompts too
+
+    @classmethod
+    def from_option(cls, sparse: bool | str) -> Sparse:
+        """Llama's sparse=: True or "decode", "all", or False."""
+        modes = {False: cls.OFF, True: cls.DECODE, "decode": cls.DECODE, "all": cls.ALL}
+        if sparse not in modes:
+            raise ValueError(f"sparse must be True, False, 'decode' or 'all', not {sparse!r}")
+        return modes[sparse]
+
+
+class KernelImpl(IntEnum):
+    """The CPU kernels a context runs (pi_context_params.kernel_impl, which has no named constants)."""
+    AUTO = 0    # the best the CPU supports
+    SCALAR = 1  # the reference
+    AVX2 = 2
+    AVX512 = 3
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     n_vocab: int
@@ -42,6 +74,39 @@ class ModelInfo:
     rope_freq_scale: float
     ffn_act: str
     tied_output: bool
+
+
+@dataclass(frozen=True)
+class LayerPlacement:
+    n_hot: int           # positions [0, n_hot) of the layer's frequency order live on the device
+    bytes: int
+    coverage: float      # share of the layer's profiled activations those neurons serve
+    fixed_on_device: bool  # the layer's attention (a parallel block's stays on the CPU) and predictor fit first
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which FFN neurons a device budget holds (pi_model_plan, native/src/placement.c)."""
+    budget: int
+    fixed_bytes: int
+    neuron_bytes: int
+    output_on_device: bool
+    n_ff: int
+    layers: list[LayerPlacement]
+
+    @property
+    def hot_neurons(self) -> int:
+        return sum(x.n_hot for x in self.layers)
+
+    def table(self) -> str:
+        mib = 1 << 20
+        lines = [f"device budget {self.budget / mib:.1f} MiB: output matrix {'on' if self.output_on_device else 'off'} "
+                 f"the device, fixed {self.fixed_bytes / mib:.1f} MiB, neurons {self.neuron_bytes / mib:.1f} MiB",
+                 f"{'layer':>5} {'attn':>5} {'hot':>6} {'of':>6} {'MiB':>8} {'covers':>7}"]
+        for i, x in enumerate(self.layers):
+            lines.append(f"{i:>5} {'dev' if x.fixed_on_device else 'cpu':>5} {x.n_hot:>6} {self.n_ff:>6} "
+                         f"{x.bytes / mib:>8.2f} {100 * x.coverage:>6.1f}%")
+        return "\n".join(lines)
 
 
 def _text(ptr, length: int, errors: str = "replace") -> str:
@@ -126,10 +191,8 @@ class NativeModel:
         """Bytes of every weight a token reads: what a device holding the whole model needs."""
         return int(lib.pi_model_device_bytes(self.handle))
 
-    def plan(self, budget: int):
-        """The placement of `budget` device bytes (pypowerinfer.placement.Placement)."""
-        from .placement import Placement, LayerPlacement
-
+    def plan(self, budget: int) -> Placement:
+        """The placement of `budget` device bytes."""
         n = self.info.n_layer
         layers = ffi.new("pi_layer_placement[]", n)
         totals = ffi.new("pi_placement_totals *")
@@ -150,16 +213,17 @@ class NativeContext:
     """KV cache, scratch and thread pool of one sequence. Logits are a zero-copy numpy view."""
 
     def __init__(self, model: NativeModel, *, n_ctx: int, n_batch: int, n_threads: int,
-                 n_threads_batch: int, logits_all: bool, kernel_impl: int = 0, sparse: int = 1,
-                 sparse_threshold_shift: float = 0.0, device: int = 0, vram_budget: int = 0,
-                 embeddings: bool = False, n_gpu_layers: int = 0):
+                 n_threads_batch: int, logits_all: bool, kernel_impl: KernelImpl = KernelImpl.AUTO,
+                 sparse: Sparse = Sparse.DECODE, sparse_threshold_shift: float = 0.0,
+                 device: Device = Device.NONE, vram_budget: int = 0, embeddings: bool = False,
+                 n_gpu_layers: int = 0):
         params = lib.pi_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.logits_all = int(logits_all)
-        params.kernel_impl = kernel_impl
+        params.kernel_impl = kernel_impl  # IntEnums, or their plain values; the library checks them
         params.sparse = sparse
         params.sparse_threshold_shift = sparse_threshold_shift
         params.device = device

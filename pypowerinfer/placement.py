@@ -1,4 +1,5 @@
-"""Which FFN neurons a device budget holds (the native planner, placement.c), and its table.
+"""Device policy: what a device budget is, which device runs the hot/cold split or layer
+offload, and the context Llama opens with them; and the placement table of budgets:
 
     python -m pypowerinfer.placement MODEL.gguf 25%|50%|BYTES|auto ...
 
@@ -7,41 +8,18 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+import warnings
+from typing import Optional, Tuple
+
+from ._ffi import UnsupportedError
+from .model import Device, LayerPlacement, NativeContext, NativeModel, Placement, cuda_device_count
+
+__all__ = ["AUTO_RESERVE", "HYBRID_DEVICES", "LayerPlacement", "Placement", "cuda_free_bytes", "open_context",
+           "parse_budget"]
 
 AUTO_RESERVE = 512 << 20  # left free for the CUDA context, the KV cache and scratch
-
-
-@dataclass(frozen=True)
-class LayerPlacement:
-    n_hot: int           # positions [0, n_hot) of the layer's frequency order live on the device
-    bytes: int
-    coverage: float      # share of the layer's profiled activations those neurons serve
-    fixed_on_device: bool  # the layer's attention (a parallel block's stays on the CPU) and predictor fit first
-
-
-@dataclass(frozen=True)
-class Placement:
-    budget: int
-    fixed_bytes: int
-    neuron_bytes: int
-    output_on_device: bool
-    n_ff: int
-    layers: list[LayerPlacement]
-
-    @property
-    def hot_neurons(self) -> int:
-        return sum(x.n_hot for x in self.layers)
-
-    def table(self) -> str:
-        mib = 1 << 20
-        lines = [f"device budget {self.budget / mib:.1f} MiB: output matrix {'on' if self.output_on_device else 'off'} "
-                 f"the device, fixed {self.fixed_bytes / mib:.1f} MiB, neurons {self.neuron_bytes / mib:.1f} MiB",
-                 f"{'layer':>5} {'attn':>5} {'hot':>6} {'of':>6} {'MiB':>8} {'covers':>7}"]
-        for i, x in enumerate(self.layers):
-            lines.append(f"{i:>5} {'dev' if x.fixed_on_device else 'cpu':>5} {x.n_hot:>6} {self.n_ff:>6} "
-                         f"{x.bytes / mib:>8.2f} {100 * x.coverage:>6.1f}%")
-        return "\n".join(lines)
+# Llama's hybrid_device, besides "auto" (CUDA when a device exists)
+HYBRID_DEVICES = {"none": Device.NONE, "host": Device.HOST, "cuda": Device.CUDA}
 
 
 def cuda_free_bytes() -> int:
@@ -85,10 +63,58 @@ def parse_budget(value, model_bytes: int) -> int:
                          f"not {value!r}") from None
 
 
+def open_context(model: NativeModel, options: dict, *, n_gpu_layers: int, vram_budget, hybrid_device: str,
+                 verbose: bool) -> Tuple[NativeContext, Optional[Placement]]:
+    """Llama's context for its options (NativeContext's keywords, less the device ones) and its
+    device arguments, and the placement when vram_budget places neurons (its table printed with
+    verbose)."""
+    split, placement = _split(model, vram_budget, hybrid_device, verbose)
+    return _offload(model, {**options, **split}, n_gpu_layers, hybrid_device, verbose), placement
+
+
+def _split(model: NativeModel, vram_budget, hybrid_device: str, verbose: bool) -> Tuple[dict, Optional[Placement]]:
+    """NativeContext's device and vram_budget for the hot/cold split, and its placement."""
+    if hybrid_device != "auto" and hybrid_device not in HYBRID_DEVICES:
+        raise ValueError(f"hybrid_device must be 'auto', 'cuda', 'host' or 'none', not {hybrid_device!r}")
+    if vram_budget in (None, 0):
+        return {}, None
+    budget = parse_budget(vram_budget, model.device_bytes())
+    device = hybrid_device
+    if device == "auto":
+        device = "cuda" if cuda_device_count() > 0 else "none"
+        if device == "none":
+            warnings.warn("vram_budget: no CUDA device, so every neuron runs on the CPU", stacklevel=4)
+            return {}, None
+    placement = model.plan(budget)
+    if verbose:
+        print(placement.table(), file=sys.stderr)
+    return {"device": HYBRID_DEVICES[device], "vram_budget": budget}, placement
+
+
+def _offload(model: NativeModel, options: dict, n_gpu_layers: int, hybrid_device: str,
+             verbose: bool) -> NativeContext:
+    """The context, with layer offload when n_gpu_layers asks for it and a CUDA device exists (or
+    hybrid_device="host" asks for the stand-in device). Without one n_gpu_layers is ignored, as
+    llama-cpp-python's CPU build ignores it; a model whose layers the device cannot run falls
+    back to the CPU with a warning."""
+    if hybrid_device == "host" and n_gpu_layers:
+        options = {**options, "device": Device.HOST}
+    elif n_gpu_layers == 0 or cuda_device_count() == 0:
+        if n_gpu_layers and verbose:
+            print("pypowerinfer: n_gpu_layers ignored: no CUDA device", file=sys.stderr)
+        return NativeContext(model, **options)
+    if options.get("vram_budget"):
+        raise ValueError("n_gpu_layers (layer offload) and vram_budget (the hybrid split) both use the device: "
+                         "choose one")
+    try:
+        return NativeContext(model, n_gpu_layers=n_gpu_layers, **options)
+    except UnsupportedError as e:
+        warnings.warn(f"n_gpu_layers: {e}; every layer runs on the CPU", stacklevel=4)
+        return NativeContext(model, **options)
+
+
 def main(argv=None) -> int:
     import argparse
-
-    from .model import NativeModel
 
     ap = argparse.ArgumentParser(description="Print the placement of device budgets for a profiled model")
     ap.add_argument("model")

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
-from typing import Callable, Iterable, List, NamedTuple, Optional, Union
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +69,18 @@ class SamplingParams:
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
     min_keep: int = 1  # llama-cpp-python passes max(1, n_probs) with n_probs fixed at 0
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any], penalty_last_n: int) -> SamplingParams:
+        """The fields among the arguments (locals()) of a Llama method: llama-cpp-python names them
+        as the fields are named, except that sample and generate call the temperature `temp`. One
+        builder, so that the four methods, whose signatures must stay llama-cpp-python's, do not
+        each spell out every field."""
+        names = {f.name for f in fields(cls)} - {"penalty_last_n", "min_keep"}
+        values = {name: arguments[name] for name in names if name in arguments}
+        if "temp" in arguments:
+            values["temperature"] = arguments["temp"]
+        return cls(penalty_last_n=penalty_last_n, **values)
 
 
 # --- llama-cpp-python's callback containers -------------------------------------------------------

@@ -24,17 +24,19 @@ import pytest
 from gguf import GGUFReader, GGUFValueType
 
 
-def _load_tokenizer_module():
-    # The package's __init__ opens the native library; the tokenizer needs none of it.
-    path = Path(__file__).resolve().parents[1] / "pypowerinfer" / "tokenizer.py"
-    spec = importlib.util.spec_from_file_location("pypowerinfer_tokenizer_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def _load_tokenizer_modules():
+    # This checkout's sources, whichever pypowerinfer is installed, under a name of their own; the
+    # tokenizer's modules need no native library (the package opens it only for names that do).
+    root = Path(__file__).resolve().parents[1] / "pypowerinfer"
+    spec = importlib.util.spec_from_file_location("pypowerinfer_under_test", root / "__init__.py",
+                                                  submodule_search_locations=[str(root)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    return [importlib.import_module(f"{spec.name}.{name}") for name in ("tokenizer", "bpe", "pretokenizers")]
 
 
-tokenizer = _load_tokenizer_module()
+tokenizer, bpe, pretokenizers = _load_tokenizer_modules()
 Tokenizer = tokenizer.Tokenizer
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vocab"
@@ -361,7 +363,7 @@ def test_fixture_vocab_matches_llama_cpp(llama_cpp, name):
 
 # --- rules on small synthetic vocabs ---------------------------------------------------------
 
-BYTE_CHARS = tokenizer._BYTE_CHARS
+BYTE_CHARS = bpe.BYTE_CHARS
 
 
 def bpe_meta(extra_tokens=(), merges=(), types=None, **keys) -> dict[str, object]:
@@ -436,11 +438,11 @@ def test_eog_tokens_are_found_by_text():
     assert tok.is_control(256)  # llama.cpp forces end-looking tokens to CONTROL
 
 
-@pytest.mark.parametrize("name", sorted(tokenizer._PRE_TOKENIZERS))
+@pytest.mark.parametrize("name", sorted(pretokenizers.PRE_TOKENIZERS))
 def test_every_pre_tokenizer_cuts_text_into_pieces_that_cover_it(name):
     # Most have no fixture; this at least compiles each and checks that splitting loses nothing.
     text = "Hello, World! It's 12345 \u00e9t\u00e9 \u4f60\u597d \u3053\u3093 \uac00\ub098\n\n  \tx\u00a0y \U0001F600"
-    words = tokenizer._Splitter(tokenizer._PRE_TOKENIZERS[name].regexes).split(text)
+    words = pretokenizers.Splitter(pretokenizers.PRE_TOKENIZERS[name].regexes).split(text)
     assert "".join(words) == text and all(words)
 
 
