@@ -1,4 +1,4 @@
-/* quants.h - ggml's block layouts, shared by the C kernels and (later) CUDA.
+/* quants.h - the types we run and ggml's block layouts, shared by the C kernels and CUDA.
  * The sizes are the on-disk sizes of GGUF tensors; the static asserts keep them honest. */
 #ifndef PI_QUANTS_H
 #define PI_QUANTS_H
@@ -6,25 +6,35 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* GGUF tensor type ids (ggml_type numbering, as stored in the file). */
-typedef enum {
-    PI_TYPE_F32  = 0,
-    PI_TYPE_F16  = 1,
-    PI_TYPE_Q4_0 = 2,
-    PI_TYPE_Q4_1 = 3,
-    PI_TYPE_Q5_0 = 6,
-    PI_TYPE_Q5_1 = 7,
-    PI_TYPE_Q8_0 = 8,
-    PI_TYPE_Q2_K = 10, /* K-quants: 256-weight super-blocks (kernels/kquants.h) */
-    PI_TYPE_Q3_K = 11,
-    PI_TYPE_Q4_K = 12,
-    PI_TYPE_Q5_K = 13,
-    PI_TYPE_Q6_K = 14,
-    PI_TYPE_BF16 = 30,
-    PI_TYPE_COUNT = 40 /* size of per-type tables; ids above are unsupported */
-} pi_type;
+#define QK 32    /* weights per block for the 32-wide formats */
+#define QK_K 256 /* weights per super-block for the K-quants */
 
-#define QK 32 /* weights per block for the 32-wide formats */
+/* The types we run: the one list that the type ids, types.c's facts, every kernel tier's table
+ * and the CUDA side's decoding are generated from. X(T, id, name, block size, block bytes, ...)
+ * with T the suffix of PI_TYPE_T and id its ggml_type number, as GGUF files store it; the
+ * arguments after the list's own pass through to X, for generators that need their own names.
+ * Adding a type: its line here, its block struct below, its cases in kernels/ref.c (the scalar
+ * reference), kernels/simd.h or kernels/kquants.h (the SIMD tiers) and cuda/weights.h. */
+#define PI_TYPES(X, ...)                                            \
+    X(F32, 0, "f32", 1, sizeof(float), __VA_ARGS__)                 \
+    X(F16, 1, "f16", 1, sizeof(pi_fp16), __VA_ARGS__)               \
+    X(BF16, 30, "bf16", 1, sizeof(pi_bf16), __VA_ARGS__)            \
+    X(Q4_0, 2, "q4_0", QK, sizeof(block_q4_0), __VA_ARGS__)         \
+    X(Q4_1, 3, "q4_1", QK, sizeof(block_q4_1), __VA_ARGS__)         \
+    X(Q5_0, 6, "q5_0", QK, sizeof(block_q5_0), __VA_ARGS__)         \
+    X(Q5_1, 7, "q5_1", QK, sizeof(block_q5_1), __VA_ARGS__)         \
+    X(Q8_0, 8, "q8_0", QK, sizeof(block_q8_0), __VA_ARGS__)         \
+    X(Q2_K, 10, "q2_K", QK_K, sizeof(block_q2_K), __VA_ARGS__)      \
+    X(Q3_K, 11, "q3_K", QK_K, sizeof(block_q3_K), __VA_ARGS__)      \
+    X(Q4_K, 12, "q4_K", QK_K, sizeof(block_q4_K), __VA_ARGS__)      \
+    X(Q5_K, 13, "q5_K", QK_K, sizeof(block_q5_K), __VA_ARGS__)      \
+    X(Q6_K, 14, "q6_K", QK_K, sizeof(block_q6_K), __VA_ARGS__)
+
+#define PI_TYPE_ID_(T, id, ...) PI_TYPE_##T = id,
+typedef enum {
+    PI_TYPES(PI_TYPE_ID_, ~)
+    PI_TYPE_COUNT = 40 /* size of per-type tables: ggml's ids; those above are unsupported */
+} pi_type;
 
 typedef uint16_t pi_fp16;
 typedef uint16_t pi_bf16;
@@ -41,26 +51,78 @@ static_assert(sizeof(block_q5_0) == 22, "q5_0 block");
 static_assert(sizeof(block_q5_1) == 24, "q5_1 block");
 static_assert(sizeof(block_q8_0) == 34, "q8_0 block");
 
-/* Bytes of one 32-weight block of a block format (Q8_0 for the rest); host and CUDA code share it. */
+/* The K-quants' 256-weight super-blocks, as ggml lays them out; kernels/kquants.h says how the
+ * fields combine. d scales the sub-block scales and dmin their minimums. */
+typedef struct {
+    uint8_t scales[QK_K / 16]; /* 16 groups of 16: scale | min << 4 */
+    uint8_t qs[QK_K / 4];      /* 2-bit quants */
+    pi_fp16 d, dmin;
+} block_q2_K;
+typedef struct {
+    uint8_t hmask[QK_K / 8]; /* each quant's high bit */
+    uint8_t qs[QK_K / 4];    /* its low 2 bits */
+    uint8_t scales[12];      /* 16 scales of 6 bits, offset by 32 */
+    pi_fp16 d;
+} block_q3_K;
+typedef struct {
+    pi_fp16 d, dmin;
+    uint8_t scales[12]; /* 8 sub-blocks of 32: 6-bit scales and mins */
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+typedef struct {
+    pi_fp16 d, dmin;
+    uint8_t scales[12]; /* as Q4_K's */
+    uint8_t qh[QK_K / 8]; /* bit 4 of each quant */
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+typedef struct {
+    uint8_t ql[QK_K / 2];     /* the low 4 bits */
+    uint8_t qh[QK_K / 4];     /* the high 2 bits */
+    int8_t scales[QK_K / 16]; /* 16 groups of 16 */
+    pi_fp16 d;
+} block_q6_K;
+
+static_assert(sizeof(block_q2_K) == 84, "q2_K block");
+static_assert(sizeof(block_q3_K) == 110, "q3_K block");
+static_assert(sizeof(block_q4_K) == 144, "q4_K block");
+static_assert(sizeof(block_q5_K) == 176, "q5_K block");
+static_assert(sizeof(block_q6_K) == 210, "q6_K block");
+
+/* Host and CUDA code share the per-type facts below. */
 #ifdef __CUDACC__
 #define PI_HOST_DEVICE __host__ __device__
 #else
 #define PI_HOST_DEVICE
 #endif
-static inline PI_HOST_DEVICE size_t pi_block_bytes(int type) {
+
+/* What a switch over the types we run does with any other id: its callers refuse those first
+ * (pi_type_get), so getting there is a bug, and it stops rather than read another format. */
+#ifdef __CUDA_ARCH__
+#define PI_BAD_TYPE() __trap()
+#else
+#define PI_BAD_TYPE() __builtin_trap()
+#endif
+
+/* Weights per block of a type we run, 0 for any other id. */
+#define PI_TYPE_BLOCK_SIZE_(T, id, name, bs, bb, ...) case PI_TYPE_##T: return bs;
+static inline PI_HOST_DEVICE int pi_type_block_size(uint32_t type) {
     switch (type) {
-    case PI_TYPE_Q4_0: return sizeof(block_q4_0);
-    case PI_TYPE_Q4_1: return sizeof(block_q4_1);
-    case PI_TYPE_Q5_0: return sizeof(block_q5_0);
-    case PI_TYPE_Q5_1: return sizeof(block_q5_1);
-    default: return sizeof(block_q8_0);
+    PI_TYPES(PI_TYPE_BLOCK_SIZE_, ~)
+    default: return 0;
     }
 }
 
-/* The K-quants' 256-weight super-block formats; host and CUDA code share it. */
-static inline PI_HOST_DEVICE int pi_type_is_kquant(uint32_t type) {
-    return type >= PI_TYPE_Q2_K && type <= PI_TYPE_Q6_K;
+/* Bytes per block of a type we run, 0 for any other id. */
+#define PI_TYPE_BLOCK_BYTES_(T, id, name, bs, bb, ...) case PI_TYPE_##T: return bb;
+static inline PI_HOST_DEVICE size_t pi_type_block_bytes(uint32_t type) {
+    switch (type) {
+    PI_TYPES(PI_TYPE_BLOCK_BYTES_, ~)
+    default: return 0;
+    }
 }
+
+/* The K-quants' 256-weight super-block formats. */
+static inline PI_HOST_DEVICE int pi_type_is_kquant(uint32_t type) { return pi_type_block_size(type) == QK_K; }
 
 /* Activation block: every quantized weight type is dotted against this one format.
  * s = d * sum(qs) lets the "+ m" of Q4_1/Q5_1 and the "- 8"/"- 16" offsets cost one multiply a block. */
@@ -69,7 +131,6 @@ static_assert(sizeof(block_q8x) == 40, "q8x block");
 
 /* The K-quants' activation block, llama.cpp's Q8_K: 256 values with one scale (x = d * qs) and
  * the sum of each 16 qs, which the K-quants' per-group minimums and offsets are multiplied by. */
-#define QK_K 256
 typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8k;
 static_assert(sizeof(block_q8k) == 292, "q8k block");
 

@@ -25,6 +25,10 @@ static inline PI_HOST_DEVICE float pi_dw_f32(const uint8_t *p) {
     return v.f;
 }
 
+/* The bytes of field f of the block at b, a block_fmt; read a byte at a time (pi_dw_f16,
+ * pi_dw_u32), since a block in a row need not be aligned for its fields. */
+#define PI_DW_FIELD(b, fmt, f) ((b) + offsetof(block_##fmt, f))
+
 static inline PI_HOST_DEVICE uint32_t pi_dw_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -41,17 +45,27 @@ static inline PI_HOST_DEVICE int pi_dw_five(const uint8_t *qs, uint32_t qh, int 
  * one: m unused): w = d * q + m, the offset folded into q */
 static inline PI_HOST_DEVICE float pi_dw_block_weight(uint32_t type, const uint8_t *b, float d, float m, int j) {
     switch (type) {
-    case PI_TYPE_Q4_0: return d * (float)(pi_dw_nibble(b + 2, j) - 8);
-    case PI_TYPE_Q4_1: return d * (float)pi_dw_nibble(b + 4, j) + m;
-    case PI_TYPE_Q5_0: return d * (float)(pi_dw_five(b + 6, pi_dw_u32(b + 2), j) - 16);
-    case PI_TYPE_Q5_1: return d * (float)pi_dw_five(b + 8, pi_dw_u32(b + 4), j) + m;
-    default: return d * (float)(int8_t)b[2 + j]; /* PI_TYPE_Q8_0 */
+    case PI_TYPE_Q4_0: return d * (float)(pi_dw_nibble(PI_DW_FIELD(b, q4_0, qs), j) - 8);
+    case PI_TYPE_Q4_1: return d * (float)pi_dw_nibble(PI_DW_FIELD(b, q4_1, qs), j) + m;
+    case PI_TYPE_Q5_0:
+        return d * (float)(pi_dw_five(PI_DW_FIELD(b, q5_0, qs), pi_dw_u32(PI_DW_FIELD(b, q5_0, qh)), j) - 16);
+    case PI_TYPE_Q5_1:
+        return d * (float)pi_dw_five(PI_DW_FIELD(b, q5_1, qs), pi_dw_u32(PI_DW_FIELD(b, q5_1, qh)), j) + m;
+    case PI_TYPE_Q8_0: return d * (float)(int8_t)PI_DW_FIELD(b, q8_0, qs)[j];
+    default: PI_BAD_TYPE();
     }
 }
 
 /* the block's offset m, where its format has one */
 static inline PI_HOST_DEVICE float pi_dw_block_offset(uint32_t type, const uint8_t *b) {
-    return type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_1 ? pi_dw_f16(b + 2) : 0.0f;
+    switch (type) {
+    case PI_TYPE_Q4_1: return pi_dw_f16(PI_DW_FIELD(b, q4_1, m));
+    case PI_TYPE_Q5_1: return pi_dw_f16(PI_DW_FIELD(b, q5_1, m));
+    case PI_TYPE_Q4_0:
+    case PI_TYPE_Q5_0:
+    case PI_TYPE_Q8_0: return 0.0f;
+    default: PI_BAD_TYPE();
+    }
 }
 
 static inline PI_HOST_DEVICE float pi_dw_block(uint32_t type, const uint8_t *b, int j) {
@@ -73,27 +87,34 @@ static inline PI_HOST_DEVICE pi_dw_scale pi_dw_kquant_scale(uint32_t type, const
     const int g = i / 16;
     pi_dw_scale r = { 0.0f, 0.0f };
     switch (type) {
-    case PI_TYPE_Q2_K:
-        r.ds = pi_dw_f16(b + 80) * (float)(b[g] & 15);
-        r.dm = pi_dw_f16(b + 82) * (float)(b[g] >> 4);
+    case PI_TYPE_Q2_K: {
+        const uint8_t sc = PI_DW_FIELD(b, q2_K, scales)[g];
+        r.ds = pi_dw_f16(PI_DW_FIELD(b, q2_K, d)) * (float)(sc & 15);
+        r.dm = pi_dw_f16(PI_DW_FIELD(b, q2_K, dmin)) * (float)(sc >> 4);
         break;
+    }
     case PI_TYPE_Q3_K: {
-        const uint8_t *sc = b + 96;
+        const uint8_t *sc = PI_DW_FIELD(b, q3_K, scales);
         const int scale = (((sc[g % 8] >> (4 * (g / 8))) & 15) | (((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
-        r.ds = pi_dw_f16(b + 108) * (float)scale;
+        r.ds = pi_dw_f16(PI_DW_FIELD(b, q3_K, d)) * (float)scale;
         break;
     }
     case PI_TYPE_Q4_K:
-    case PI_TYPE_Q5_K: { /* sub-block l = i / 32: 6-bit scale and min in bytes 4..15 */
+    case PI_TYPE_Q5_K: { /* sub-block l = i / 32: 6-bit scale and min, laid out alike in both */
+        static_assert(offsetof(block_q4_K, scales) == offsetof(block_q5_K, scales), "Q4_K and Q5_K scales");
+        static_assert(offsetof(block_q4_K, dmin) == offsetof(block_q5_K, dmin), "Q4_K and Q5_K dmin");
         const int l = i / 32;
-        const uint8_t *s = b + 4;
+        const uint8_t *s = PI_DW_FIELD(b, q4_K, scales);
         const int sc = l < 4 ? s[l] & 63 : (s[l + 4] & 15) | ((s[l - 4] >> 2) & 0x30);
         const int m = l < 4 ? s[l + 4] & 63 : (s[l + 4] >> 4) | ((s[l] >> 2) & 0x30);
-        r.ds = pi_dw_f16(b) * (float)sc;
-        r.dm = pi_dw_f16(b + 2) * (float)m;
+        r.ds = pi_dw_f16(PI_DW_FIELD(b, q4_K, d)) * (float)sc;
+        r.dm = pi_dw_f16(PI_DW_FIELD(b, q4_K, dmin)) * (float)m;
         break;
     }
-    default: r.ds = pi_dw_f16(b + 208) * (float)(int8_t)b[192 + g]; /* PI_TYPE_Q6_K */
+    case PI_TYPE_Q6_K:
+        r.ds = pi_dw_f16(PI_DW_FIELD(b, q6_K, d)) * (float)(int8_t)PI_DW_FIELD(b, q6_K, scales)[g];
+        break;
+    default: PI_BAD_TYPE();
     }
     return r;
 }
@@ -102,15 +123,19 @@ static inline PI_HOST_DEVICE pi_dw_scale pi_dw_kquant_scale(uint32_t type, const
 static inline PI_HOST_DEVICE int pi_dw_kquant_q(uint32_t type, const uint8_t *b, int i) {
     const int j = i % 32, l = i / 32;
     switch (type) {
-    case PI_TYPE_Q2_K: return pi_dw_crumb(b + 16, i);
-    case PI_TYPE_Q3_K: return (pi_dw_crumb(b + 32, i) | ((b[j] >> l) & 1) << 2) - 4;
-    case PI_TYPE_Q4_K: return (b[16 + (l / 2) * 32 + j] >> (4 * (l % 2))) & 15;
-    case PI_TYPE_Q5_K: return ((b[48 + (l / 2) * 32 + j] >> (4 * (l % 2))) & 15) | ((b[16 + j] >> l) & 1) << 4;
-    default: { /* PI_TYPE_Q6_K: i = 128h + 32 part + j */
+    case PI_TYPE_Q2_K: return pi_dw_crumb(PI_DW_FIELD(b, q2_K, qs), i);
+    case PI_TYPE_Q3_K:
+        return (pi_dw_crumb(PI_DW_FIELD(b, q3_K, qs), i) | ((PI_DW_FIELD(b, q3_K, hmask)[j] >> l) & 1) << 2) - 4;
+    case PI_TYPE_Q4_K: return (PI_DW_FIELD(b, q4_K, qs)[(l / 2) * 32 + j] >> (4 * (l % 2))) & 15;
+    case PI_TYPE_Q5_K:
+        return ((PI_DW_FIELD(b, q5_K, qs)[(l / 2) * 32 + j] >> (4 * (l % 2))) & 15) |
+               ((PI_DW_FIELD(b, q5_K, qh)[j] >> l) & 1) << 4;
+    case PI_TYPE_Q6_K: { /* i = 128h + 32 part + j */
         const int h = i / 128, part = i % 128 / 32;
-        const int low = (b[h * 64 + (part % 2) * 32 + j] >> (4 * (part / 2))) & 15;
-        return (low | ((b[128 + h * 32 + j] >> (2 * part)) & 3) << 4) - 32;
+        const int low = (PI_DW_FIELD(b, q6_K, ql)[h * 64 + (part % 2) * 32 + j] >> (4 * (part / 2))) & 15;
+        return (low | ((PI_DW_FIELD(b, q6_K, qh)[h * 32 + j] >> (2 * part)) & 3) << 4) - 32;
     }
+    default: PI_BAD_TYPE();
     }
 }
 
@@ -119,28 +144,17 @@ static inline PI_HOST_DEVICE float pi_dw_kquant(uint32_t type, const uint8_t *b,
     return s.ds * (float)pi_dw_kquant_q(type, b, i) - s.dm;
 }
 
-/* The types the device kernels decode. */
+/* The types the device kernels decode: every type we run (quants.h's list). */
+#define PI_DW_CASE_(T, ...) case PI_TYPE_##T:
 static inline PI_HOST_DEVICE int pi_dw_reads(uint32_t type) {
     switch (type) {
-    case PI_TYPE_F32: case PI_TYPE_F16: case PI_TYPE_BF16: case PI_TYPE_Q4_0: case PI_TYPE_Q4_1: case PI_TYPE_Q5_0:
-    case PI_TYPE_Q5_1: case PI_TYPE_Q8_0: case PI_TYPE_Q2_K: case PI_TYPE_Q3_K: case PI_TYPE_Q4_K: case PI_TYPE_Q5_K:
-    case PI_TYPE_Q6_K: return 1;
+    PI_TYPES(PI_DW_CASE_, ~) return 1;
     default: return 0;
     }
 }
 
 static inline PI_HOST_DEVICE int pi_dw_is_float(uint32_t type) {
     return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16;
-}
-
-static inline PI_HOST_DEVICE size_t pi_dw_superblock_bytes(uint32_t type) {
-    switch (type) {
-    case PI_TYPE_Q2_K: return 84;
-    case PI_TYPE_Q3_K: return 110;
-    case PI_TYPE_Q4_K: return 144;
-    case PI_TYPE_Q5_K: return 176;
-    default: return 210; /* PI_TYPE_Q6_K */
-    }
 }
 
 /* weight i of a row */
@@ -152,10 +166,10 @@ static inline PI_HOST_DEVICE float pi_dw_row(uint32_t type, const uint8_t *row, 
         union { uint32_t u; float f; } v = { (uint32_t)(row[2 * i] | row[2 * i + 1] << 8) << 16 };
         return v.f;
     }
-    default:
+    default: /* a block format, which the decoders check */
         if (pi_type_is_kquant(type))
-            return pi_dw_kquant(type, row + (size_t)(i / 256) * pi_dw_superblock_bytes(type), (int)(i % 256));
-        return pi_dw_block(type, row + (size_t)(i / 32) * pi_block_bytes((int)type), (int)(i % 32));
+            return pi_dw_kquant(type, row + (size_t)(i / 256) * pi_type_block_bytes(type), (int)(i % 256));
+        return pi_dw_block(type, row + (size_t)(i / 32) * pi_type_block_bytes(type), (int)(i % 32));
     }
 }
 
@@ -166,12 +180,12 @@ static inline PI_HOST_DEVICE void pi_dw_unit(uint32_t type, const uint8_t *row, 
     if (pi_dw_is_float(type)) {
         for (int j = 0; j < 32; j++) w[j] = 32 * u + j < n ? pi_dw_row(type, row, 32 * u + j) : 0.0f;
     } else if (pi_type_is_kquant(type)) {
-        const uint8_t *b = row + (size_t)(u / 8) * pi_dw_superblock_bytes(type);
+        const uint8_t *b = row + (size_t)(u / 8) * pi_type_block_bytes(type);
         const int i0 = (int)(u % 8) * 32;
         pi_dw_scale s[2] = { pi_dw_kquant_scale(type, b, i0), pi_dw_kquant_scale(type, b, i0 + 16) };
         for (int j = 0; j < 32; j++) w[j] = s[j / 16].ds * (float)pi_dw_kquant_q(type, b, i0 + j) - s[j / 16].dm;
     } else {
-        const uint8_t *b = row + (size_t)u * pi_block_bytes((int)type);
+        const uint8_t *b = row + (size_t)u * pi_type_block_bytes(type);
         const float d = pi_dw_f16(b), m = pi_dw_block_offset(type, b);
         for (int j = 0; j < 32; j++) w[j] = pi_dw_block_weight(type, b, d, m, j);
     }

@@ -1,31 +1,31 @@
 /* kquants.h - ggml's K-quants (Q2_K .. Q6_K): 256-weight super-blocks with 16 or 8 sub-block
  * scales. Each super-block is unpacked to bytes and scales (kq_scales), then dotted in integers
  * with the activation in llama.cpp's Q8_K form; dequant and the sparse axpy use its floats.
- * Included at the end of ref.c, avx2.c and avx512.c (like table.h), so each tier compiles it for
- * its instruction set: the unpacking is plain C for the compiler to vectorise, and the byte dot
- * has an AVX2 path beside the scalar one that ref.c compiles. */
+ * Included by ref.c, avx2.c and avx512.c, so each tier compiles it for its instruction set: the
+ * unpacking is plain C for the compiler to vectorise, and the byte dot has an AVX2 path beside
+ * the scalar one that ref.c compiles. It uses only common.h; the tiers name its kq_* kernels
+ * and quantize_act_k in their tables (table.h). */
 #ifndef PI_KERNELS_KQUANTS_H
 #define PI_KERNELS_KQUANTS_H
 #include <math.h>
 #include <string.h>
-#if defined(__AVX2__)
-#include "simd.h" /* the AVX2 tiers' own helpers; they include it first */
-#endif
 
-#include "ref.h"
+#include "common.h"
 
-/* Every helper is inlined into the per-type entries at the end, where the type is a constant. */
-#define KQ_INLINE static inline __attribute__((always_inline))
+/* Every helper is inlined (INLINE) into the tiers' per-type entries, where the type is a constant. */
 
 #if defined(__AVX2__)
-KQ_INLINE float f16_at(const uint8_t *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
+INLINE float f16(pi_fp16 h) { return _cvtsh_ss(h); }
 #else
-KQ_INLINE float f16_at(const uint8_t *p) { return pi_fp16_to_f32((pi_fp16)(p[0] | p[1] << 8)); }
+INLINE float f16(pi_fp16 h) { return pi_fp16_to_f32(h); }
 #endif
+
+/* A super-block's bytes as its format's struct. */
+#define KQ_BLOCK(fmt, b) ((const block_##fmt *)(b))
 
 /* 2-bit fields, as Q2_K and Q3_K keep them: weight h*128 + s*32 + j is bits 2s..2s+1 of
  * byte h*32 + j of qs. */
-KQ_INLINE int crumb(const uint8_t *qs, int i) {
+INLINE int crumb(const uint8_t *qs, int i) {
     const int h = i / 128, s = (i % 128) / 32, j = i % 32;
     return (qs[h * 32 + j] >> (2 * s)) & 3;
 }
@@ -34,7 +34,7 @@ KQ_INLINE int crumb(const uint8_t *qs, int i) {
  * the low 6 bits of bytes 0-3 and mins 0-3 those of bytes 4-7; scales 4-7 take the low nibbles
  * of bytes 8-11 and the top two bits of bytes 0-3, mins 4-7 the high nibbles and the top bits
  * of bytes 4-7. Done a 4-byte word at a time: a shift moves bits 6-7 of each byte to 4-5. */
-KQ_INLINE void scales_mins_k4(const uint8_t *b, uint32_t out[4]) { /* bytes: 8 scales, then 8 mins */
+INLINE void scales_mins_k4(const uint8_t *b, uint32_t out[4]) { /* bytes: 8 scales, then 8 mins */
     uint32_t w[3];
     memcpy(w, b, sizeof w);
     out[0] = w[0] & 0x3f3f3f3fu;
@@ -57,134 +57,160 @@ typedef struct {
 } kq_scales;
 
 /* The formats with per-group minimums (Q2_K, Q4_K, Q5_K); the others' min[] is all zero. */
-KQ_INLINE int kq_has_min(int type) { return type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K; }
+INLINE int kq_has_min(int type) { return type == PI_TYPE_Q2_K || type == PI_TYPE_Q4_K || type == PI_TYPE_Q5_K; }
 
-KQ_INLINE int kq_offset(int type) { return type == PI_TYPE_Q6_K ? 32 : type == PI_TYPE_Q3_K ? 4 : 0; }
+INLINE int kq_offset(int type) { return type == PI_TYPE_Q6_K ? 32 : type == PI_TYPE_Q3_K ? 4 : 0; }
 
-/* where each format keeps its fp16 d and dmin */
-KQ_INLINE float kq_d(int type, const uint8_t *b) {
+INLINE float kq_d(int type, const uint8_t *b) {
     switch (type) {
-    case PI_TYPE_Q2_K: return f16_at(b + 80);
-    case PI_TYPE_Q3_K: return f16_at(b + 108);
-    case PI_TYPE_Q6_K: return f16_at(b + 208);
-    default: return f16_at(b); /* Q4_K, Q5_K */
+    case PI_TYPE_Q2_K: return f16(KQ_BLOCK(q2_K, b)->d);
+    case PI_TYPE_Q3_K: return f16(KQ_BLOCK(q3_K, b)->d);
+    case PI_TYPE_Q4_K: return f16(KQ_BLOCK(q4_K, b)->d);
+    case PI_TYPE_Q5_K: return f16(KQ_BLOCK(q5_K, b)->d);
+    case PI_TYPE_Q6_K: return f16(KQ_BLOCK(q6_K, b)->d);
+    default: PI_BAD_TYPE();
     }
 }
 
-KQ_INLINE float kq_dmin(int type, const uint8_t *b) {
-    return type == PI_TYPE_Q2_K ? f16_at(b + 82) : kq_has_min(type) ? f16_at(b + 2) : 0.0f;
+INLINE float kq_dmin(int type, const uint8_t *b) {
+    switch (type) {
+    case PI_TYPE_Q2_K: return f16(KQ_BLOCK(q2_K, b)->dmin);
+    case PI_TYPE_Q4_K: return f16(KQ_BLOCK(q4_K, b)->dmin);
+    case PI_TYPE_Q5_K: return f16(KQ_BLOCK(q5_K, b)->dmin);
+    case PI_TYPE_Q3_K:
+    case PI_TYPE_Q6_K: return 0.0f;
+    default: PI_BAD_TYPE();
+    }
 }
 
-KQ_INLINE void kq_scales_of(int type, const uint8_t *b, kq_scales *s) {
+INLINE void kq_scales_of(int type, const uint8_t *b, kq_scales *s) {
     memset(s->min, 0, sizeof s->min);
     s->offset = kq_offset(type);
     s->d = kq_d(type, b);
     s->dmin = kq_dmin(type, b);
     switch (type) {
-    case PI_TYPE_Q2_K: /* scales[16] (scale | min << 4), qs[64], d, dmin */
+    case PI_TYPE_Q2_K: { /* scale | min << 4 */
+        const uint8_t *sc = KQ_BLOCK(q2_K, b)->scales;
         for (int g = 0; g < 16; g++) {
-            s->scale[g] = b[g] & 15;
-            s->min[g] = b[g] >> 4;
+            s->scale[g] = sc[g] & 15;
+            s->min[g] = sc[g] >> 4;
         }
         break;
-    case PI_TYPE_Q3_K: { /* hmask[32], qs[64], scales[12] (6-bit, offset 32), d */
-        const uint8_t *sc = b + 96;
+    }
+    case PI_TYPE_Q3_K: { /* 6-bit, offset 32: the low 4 bits in bytes 0-7, the high 2 in 8-11 */
+        const uint8_t *sc = KQ_BLOCK(q3_K, b)->scales;
         for (int g = 0; g < 16; g++)
             s->scale[g] = (int16_t)((((sc[g % 8] >> (4 * (g / 8))) & 15) | (((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32);
         break;
     }
-    case PI_TYPE_Q4_K: /* d, dmin, scales[12], ...: 8 sub-blocks of 32, each two groups */
+    case PI_TYPE_Q4_K: /* 8 sub-blocks of 32, each two groups */
     case PI_TYPE_Q5_K: {
         uint32_t w[4];
-        scales_mins_k4(b + 4, w);
+        scales_mins_k4(type == PI_TYPE_Q4_K ? KQ_BLOCK(q4_K, b)->scales : KQ_BLOCK(q5_K, b)->scales, w);
         for (int g = 0; g < 16; g++) { /* sub-block g / 2 */
             s->scale[g] = (int16_t)((w[g / 8] >> (8 * (g / 2 % 4))) & 0xff);
             s->min[g] = (int16_t)((w[2 + g / 8] >> (8 * (g / 2 % 4))) & 0xff);
         }
         break;
     }
-    default: /* PI_TYPE_Q6_K: ..., scales[16] (int8), d */
-        for (int g = 0; g < 16; g++) s->scale[g] = (int8_t)b[192 + g];
+    case PI_TYPE_Q6_K:
+        for (int g = 0; g < 16; g++) s->scale[g] = KQ_BLOCK(q6_K, b)->scales[g];
         break;
+    default: PI_BAD_TYPE();
     }
 }
 
-KQ_INLINE void kq_values(int type, const uint8_t *b, uint8_t q[QK_K]) {
+INLINE void kq_values(int type, const uint8_t *b, uint8_t q[QK_K]) {
     switch (type) {
     case PI_TYPE_Q2_K:
-        for (int i = 0; i < QK_K; i++) q[i] = (uint8_t)crumb(b + 16, i);
+        for (int i = 0; i < QK_K; i++) q[i] = (uint8_t)crumb(KQ_BLOCK(q2_K, b)->qs, i);
         break;
-    case PI_TYPE_Q3_K: /* the crumb, and bit i / 32 of hmask[i % 32] as bit 2 */
-        for (int i = 0; i < QK_K; i++) q[i] = (uint8_t)(crumb(b + 32, i) | ((b[i % 32] >> (i / 32)) & 1) << 2);
+    case PI_TYPE_Q3_K: { /* the crumb, and bit i / 32 of hmask[i % 32] as bit 2 */
+        const block_q3_K *k = KQ_BLOCK(q3_K, b);
+        for (int i = 0; i < QK_K; i++) q[i] = (uint8_t)(crumb(k->qs, i) | ((k->hmask[i % 32] >> (i / 32)) & 1) << 2);
         break;
-    case PI_TYPE_Q4_K: /* qs[128] from byte 16: sub-blocks 2c and 2c+1 share bytes 32c.. */
-    case PI_TYPE_Q5_K: { /* qh[32] from byte 16, qs[128] from 48: bit l of qh[j] is bit 4 of sub-block l */
+    }
+    case PI_TYPE_Q4_K: /* sub-blocks 2c and 2c+1 share bytes 32c.. of qs */
+    case PI_TYPE_Q5_K: { /* and bit l of Q5_K's qh[j] is bit 4 of sub-block l */
         const int five = type == PI_TYPE_Q5_K;
-        const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
+        const uint8_t *qh = KQ_BLOCK(q5_K, b)->qh, *qs = five ? KQ_BLOCK(q5_K, b)->qs : KQ_BLOCK(q4_K, b)->qs;
         for (int l = 0; l < 8; l++)
             for (int j = 0; j < 32; j++)
                 q[l * 32 + j] = (uint8_t)(((qs[(l / 2) * 32 + j] >> (4 * (l % 2))) & 15) | (five ? ((qh[j] >> l) & 1) << 4 : 0));
         break;
     }
-    default: /* PI_TYPE_Q6_K: ql[128], qh[64]; each half of 128 weights takes 64 bytes of ql (32
-              * weights from the low nibbles, 32 from the high, twice) and 32 of qh (2 bits each) */
+    case PI_TYPE_Q6_K: { /* each half of 128 weights takes 64 bytes of ql (32 weights from the low
+                          * nibbles, 32 from the high, twice) and 32 of qh (2 bits each) */
+        const block_q6_K *k = KQ_BLOCK(q6_K, b);
         for (int h = 0; h < 2; h++)
             for (int part = 0; part < 4; part++)
                 for (int j = 0; j < 32; j++)
-                    q[h * 128 + part * 32 + j] = (uint8_t)(((b[h * 64 + (part % 2) * 32 + j] >> (4 * (part / 2))) & 15) |
-                                                           ((b[128 + h * 32 + j] >> (2 * part)) & 3) << 4);
+                    q[h * 128 + part * 32 + j] =
+                        (uint8_t)(((k->ql[h * 64 + (part % 2) * 32 + j] >> (4 * (part / 2))) & 15) |
+                                  ((k->qh[h * 32 + j] >> (2 * part)) & 3) << 4);
         break;
+    }
+    default: PI_BAD_TYPE();
     }
 }
 
 #if defined(__AVX2__)
 /* kq_values' bytes 32k .. 32k + 31, in a register. */
-KQ_INLINE __m256i kq_chunk(int type, const uint8_t *b, int k) {
+INLINE __m256i kq_chunk(int type, const uint8_t *b, int k) {
     const __m256i m2 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(15);
     switch (type) {
-    case PI_TYPE_Q2_K: /* crumbs 2s of qs[32h ..] for k = 4h + s */
-        return _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (k / 4))), 2 * (k % 4)), m2);
+    case PI_TYPE_Q2_K: { /* crumbs 2s of qs[32h ..] for k = 4h + s */
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(KQ_BLOCK(q2_K, b)->qs + 32 * (k / 4)));
+        return _mm256_and_si256(_mm256_srli_epi16(v, 2 * (k % 4)), m2);
+    }
     case PI_TYPE_Q3_K: {
-        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (k / 4))), 2 * (k % 4)), m2);
-        const __m256i bit = _mm256_set1_epi8((char)(1 << k)), h = _mm256_loadu_si256((const __m256i *)b);
+        const block_q3_K *q = KQ_BLOCK(q3_K, b);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * (k / 4)));
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(v, 2 * (k % 4)), m2);
+        const __m256i bit = _mm256_set1_epi8((char)(1 << k)), h = _mm256_loadu_si256((const __m256i *)q->hmask);
         return _mm256_or_si256(low, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(4)));
     }
     case PI_TYPE_Q4_K:
     case PI_TYPE_Q5_K: {
         const int five = type == PI_TYPE_Q5_K;
-        __m256i v = _mm256_loadu_si256((const __m256i *)(b + (five ? 48 : 16) + 32 * (k / 2)));
+        const uint8_t *qs = five ? KQ_BLOCK(q5_K, b)->qs : KQ_BLOCK(q4_K, b)->qs;
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (k / 2)));
         v = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
         if (!five) return v;
-        const __m256i bit = _mm256_set1_epi8((char)(1 << k)), h = _mm256_loadu_si256((const __m256i *)(b + 16));
+        const __m256i bit = _mm256_set1_epi8((char)(1 << k));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)KQ_BLOCK(q5_K, b)->qh);
         return _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(16)));
     }
-    default: { /* PI_TYPE_Q6_K, k = 4h + part */
+    case PI_TYPE_Q6_K: { /* k = 4h + part */
+        const block_q6_K *q = KQ_BLOCK(q6_K, b);
         const int h = k / 4, part = k % 4;
-        __m256i low = _mm256_loadu_si256((const __m256i *)(b + h * 64 + (part % 2) * 32));
+        __m256i low = _mm256_loadu_si256((const __m256i *)(q->ql + h * 64 + (part % 2) * 32));
         low = _mm256_and_si256(part / 2 ? _mm256_srli_epi16(low, 4) : low, m4);
-        const __m256i high = _mm256_loadu_si256((const __m256i *)(b + 128 + h * 32));
+        const __m256i high = _mm256_loadu_si256((const __m256i *)(q->qh + h * 32));
         return _mm256_or_si256(low, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * part), m2), 4));
     }
+    default: PI_BAD_TYPE();
     }
 }
 
 /* kq_scales_of()'s scale[] and min[] as 16 int16 lanes each, built in registers: a struct
  * written 2 bytes at a time and read back 32 would stall on store forwarding. */
-KQ_INLINE void kq_scale_vectors(int type, const uint8_t *b, __m256i *scale, __m256i *min) {
+INLINE void kq_scale_vectors(int type, const uint8_t *b, __m256i *scale, __m256i *min) {
     const __m128i m4 = _mm_set1_epi8(15);
     *min = _mm256_setzero_si256();
     switch (type) {
     case PI_TYPE_Q2_K: {
-        const __m128i v = _mm_loadu_si128((const __m128i *)b);
+        const __m128i v = _mm_loadu_si128((const __m128i *)KQ_BLOCK(q2_K, b)->scales);
         *scale = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4));
         *min = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4));
         break;
     }
     case PI_TYPE_Q3_K: { /* low nibbles of bytes 0-7 for groups 0-7, high nibbles for 8-15; two
                           * more bits from byte 8 + g % 4, at bit 2 * (g / 4) */
-        const __m128i lo = _mm_loadl_epi64((const __m128i *)(b + 96));
+        const uint8_t *sc = KQ_BLOCK(q3_K, b)->scales;
+        const __m128i lo = _mm_loadl_epi64((const __m128i *)sc);
         const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(lo, m4), _mm_and_si128(_mm_srli_epi16(lo, 4), m4));
-        const __m128i hw = _mm_srlv_epi32(_mm_set1_epi32((int)load_u32(b + 104)), _mm_setr_epi32(0, 2, 4, 6));
+        const __m128i hw = _mm_srlv_epi32(_mm_set1_epi32((int)load_u32(sc + 8)), _mm_setr_epi32(0, 2, 4, 6));
         const __m128i high = _mm_slli_epi16(_mm_and_si128(hw, _mm_set1_epi8(3)), 4);
         *scale = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32)));
         break;
@@ -192,34 +218,35 @@ KQ_INLINE void kq_scale_vectors(int type, const uint8_t *b, __m256i *scale, __m2
     case PI_TYPE_Q4_K:
     case PI_TYPE_Q5_K: { /* each sub-block's scale and min over its two groups */
         uint32_t w[4];
-        scales_mins_k4(b + 4, w);
+        scales_mins_k4(type == PI_TYPE_Q4_K ? KQ_BLOCK(q4_K, b)->scales : KQ_BLOCK(q5_K, b)->scales, w);
         const __m128i v = _mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
         const __m128i s8 = _mm_cvtepu8_epi16(v), m8 = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
         *scale = _mm256_set_m128i(_mm_unpackhi_epi16(s8, s8), _mm_unpacklo_epi16(s8, s8));
         *min = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
         break;
     }
-    default: /* PI_TYPE_Q6_K */
-        *scale = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
+    case PI_TYPE_Q6_K:
+        *scale = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)KQ_BLOCK(q6_K, b)->scales));
         break;
+    default: PI_BAD_TYPE();
     }
 }
 
 /* a token's running sum over a row: 8 lanes, added up at the row's end */
 typedef __m256 kq_acc;
-KQ_INLINE kq_acc kq_acc_zero(void) { return _mm256_setzero_ps(); }
-KQ_INLINE float kq_acc_sum(kq_acc a) { return hsum8(a); }
+INLINE kq_acc kq_acc_zero(void) { return _mm256_setzero_ps(); }
+INLINE float kq_acc_sum(kq_acc a) { return hsum8(a); }
 #else
 typedef float kq_acc;
-KQ_INLINE kq_acc kq_acc_zero(void) { return 0.0f; }
-KQ_INLINE float kq_acc_sum(kq_acc a) { return a; }
+INLINE kq_acc kq_acc_zero(void) { return 0.0f; }
+INLINE float kq_acc_sum(kq_acc a) { return a; }
 #endif
 
 /* acc[t] += dot(super-block b, y[t * stride]) for tn tokens' Q8_K blocks. The scalar form
  * is the reference; the AVX2 one keeps the 8 value chunks in registers across the tokens,
  * multiplies the byte products, summed in pairs (at most 2 * 63 * 127, an int16), by each
  * group's scale into dword lanes, and leaves the lanes' float sums to the row's end. */
-KQ_INLINE void dot_superblock(int type, const uint8_t *b, const block_q8k *y, int stride, int tn, kq_acc *acc) {
+INLINE void dot_superblock(int type, const uint8_t *b, const block_q8k *y, int stride, int tn, kq_acc *acc) {
 #if defined(__AVX2__)
     __m256i q[8], sc[8], scale16, min16;
     kq_scale_vectors(type, b, &scale16, &min16);
@@ -266,7 +293,7 @@ KQ_INLINE void dot_superblock(int type, const uint8_t *b, const block_q8k *y, in
 }
 
 /* The 256 weights of one super-block. */
-KQ_INLINE void decode_superblock(int type, const uint8_t *b, float *w) {
+INLINE void decode_superblock(int type, const uint8_t *b, float *w) {
     kq_scales s;
     uint8_t q[QK_K];
     kq_scales_of(type, b, &s);
@@ -275,7 +302,7 @@ KQ_INLINE void decode_superblock(int type, const uint8_t *b, float *w) {
         w[i] = s.d * (float)s.scale[i / 16] * (float)(q[i] - s.offset) - s.dmin * (float)s.min[i / 16];
 }
 
-KQ_INLINE size_t superblock_bytes(int type) { return (size_t)pi_type_get((uint32_t)type)->type_size; }
+INLINE size_t superblock_bytes(int type) { return (size_t)pi_type_get((uint32_t)type)->type_size; }
 
 static void kq_dequant(int type, const void *row, float *y, int n) {
     for (int s = 0; s < n / QK_K; s++) decode_superblock(type, (const uint8_t *)row + s * superblock_bytes(type), y + s * QK_K);
@@ -337,42 +364,6 @@ static void kq_axpy_rows(int type, const void *W, size_t row_bytes, const int32_
             for (int k = 0; k < QK_K; k++) y[s * QK_K + k] += a[j] * w[k];
         }
     }
-}
-
-/* one named entry per type, as table.h does for the 32-weight formats */
-static void matmul_q2_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { kq_matmul(PI_TYPE_Q2_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q3_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { kq_matmul(PI_TYPE_Q3_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q4_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { kq_matmul(PI_TYPE_Q4_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q5_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { kq_matmul(PI_TYPE_Q5_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q6_k(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { kq_matmul(PI_TYPE_Q6_K, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void dequant_q2_k(const void *row, float *y, int n) { kq_dequant(PI_TYPE_Q2_K, row, y, n); }
-static void dequant_q3_k(const void *row, float *y, int n) { kq_dequant(PI_TYPE_Q3_K, row, y, n); }
-static void dequant_q4_k(const void *row, float *y, int n) { kq_dequant(PI_TYPE_Q4_K, row, y, n); }
-static void dequant_q5_k(const void *row, float *y, int n) { kq_dequant(PI_TYPE_Q5_K, row, y, n); }
-static void dequant_q6_k(const void *row, float *y, int n) { kq_dequant(PI_TYPE_Q6_K, row, y, n); }
-static void axpy_rows_q2_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { kq_axpy_rows(PI_TYPE_Q2_K, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q3_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { kq_axpy_rows(PI_TYPE_Q3_K, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q4_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { kq_axpy_rows(PI_TYPE_Q4_K, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q5_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { kq_axpy_rows(PI_TYPE_Q5_K, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q6_k(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { kq_axpy_rows(PI_TYPE_Q6_K, W, rb, rows, a, n, y, d); }
-
-static void fill_kquants(pi_kernels *k) {
-    k->quantize_act_k = quantize_act_k;
-    k->matmul[PI_TYPE_Q2_K] = matmul_q2_k;
-    k->matmul[PI_TYPE_Q3_K] = matmul_q3_k;
-    k->matmul[PI_TYPE_Q4_K] = matmul_q4_k;
-    k->matmul[PI_TYPE_Q5_K] = matmul_q5_k;
-    k->matmul[PI_TYPE_Q6_K] = matmul_q6_k;
-    k->dequant[PI_TYPE_Q2_K] = dequant_q2_k;
-    k->dequant[PI_TYPE_Q3_K] = dequant_q3_k;
-    k->dequant[PI_TYPE_Q4_K] = dequant_q4_k;
-    k->dequant[PI_TYPE_Q5_K] = dequant_q5_k;
-    k->dequant[PI_TYPE_Q6_K] = dequant_q6_k;
-    k->axpy_rows[PI_TYPE_Q2_K] = axpy_rows_q2_k;
-    k->axpy_rows[PI_TYPE_Q3_K] = axpy_rows_q3_k;
-    k->axpy_rows[PI_TYPE_Q4_K] = axpy_rows_q4_k;
-    k->axpy_rows[PI_TYPE_Q5_K] = axpy_rows_q5_k;
-    k->axpy_rows[PI_TYPE_Q6_K] = axpy_rows_q6_k;
 }
 
 #endif

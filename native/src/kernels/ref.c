@@ -3,7 +3,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "common.h"
+#include "kquants.h"
 #include "ref.h"
+#include "table.h"
 
 /* Activation blocks: d = amax / 127, qs = round-to-nearest-even(x * (1 / d)), s = d * sum(qs).
  * Multiplying by 1/d (not dividing by d) and rounding to even is what the SIMD tiers do too,
@@ -70,12 +73,13 @@ static void decode_block(int type, const uint8_t *block, decoded_block *w) {
         unpack_nibbles(b->qs, b->qh, 0, w->q);
         break;
     }
-    default: { /* PI_TYPE_Q8_0 */
+    case PI_TYPE_Q8_0: {
         const block_q8_0 *b = (const block_q8_0 *)block;
         w->d = pi_fp16_to_f32(b->d);
         memcpy(w->q, b->qs, QK);
         break;
     }
+    default: PI_BAD_TYPE();
     }
 }
 
@@ -97,7 +101,8 @@ static float load_float(int type, const void *row, int i) {
     switch (type) {
     case PI_TYPE_F16: return pi_fp16_to_f32(((const pi_fp16 *)row)[i]);
     case PI_TYPE_BF16: return pi_bf16_to_f32(((const pi_bf16 *)row)[i]);
-    default: return ((const float *)row)[i]; /* PI_TYPE_F32 */
+    case PI_TYPE_F32: return ((const float *)row)[i];
+    default: PI_BAD_TYPE();
     }
 }
 
@@ -159,11 +164,10 @@ static void axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *
 
 static void dequant(int type, const void *row, float *y, int n) { pi_ref_dequant(type, row, y, n); }
 
-#include "table.h"
-#include "kquants.h"
+PI_KERNEL_TABLE(fill_table, quantize_act, quantize_act_k, matmul, dequant, axpy_rows, kq_matmul, kq_dequant,
+                kq_axpy_rows)
 
 void pi_kernels_ref(pi_kernels *k) {
     memset(k, 0, sizeof *k);
     fill_table(k, "ref");
-    fill_kquants(k);
 }

@@ -1,6 +1,8 @@
 /* simd.h - what avx2.c and avx512.c share, compiled into each under its own flags: the per-type
  * facts the kernels branch on (folded at compile time, the type being a constant wherever
- * these are inlined), the decoding of block pairs, the block tile and the tile walk.
+ * these are inlined), the decoding of weight blocks, the scales of the axpy over rows, and
+ * dequant. It calls nothing of the tiers': their own instructions (isa_avx2.h, isa_avx512.h)
+ * and the walks built on them (walk.h) sit above it.
  *
  * Block formats work on pairs of 32-weight blocks a, b held as two ymm, lo = [a 0-15, b 0-15]
  * and hi = [a 16-31, b 16-31]: the two halves' products summed per dword lane leave 4 lanes of
@@ -8,17 +10,13 @@
  * weights are unsigned bytes (an offset the formats already have: Q4_0 stores q + 8, Q5_0
  * q + 16; Q8_0 gets + 128 or stays signed, as the tier chooses), multiplied with the signed
  * activation bytes, and the offset comes back in integers by starting each lane at
- * -offset * sum(x over the lane). Each lane is scaled by
- * d_w * d_x of its block into a float accumulator; lanes are summed once per output.
- *
- * Each tier defines weight_offset(), pair_isum() (its integer dot instruction) and
- * tile_floats(); walk_tiles() calls the tiles with constant shapes, so every shape compiles to
- * its own unrolled body.
+ * -offset * sum(x over the lane). Each lane is scaled by d_w * d_x of its block into a float
+ * accumulator; lanes are summed once per output.
  *
  * The down projection of the sparse FFN, y += sum_j a_j * row_j (axpy_rows), is float work: a
- * block's 32 weights become floats, scaled by a d and summed into y with FMAs. The walk over
- * the rows, the prefetching and the scales are shared here; each tier defines the block loop,
- * axpy_blocks(). Dequant uses this file's block_q() in both tiers.
+ * block's 32 weights become floats, scaled by a d and summed into y with FMAs. The scales and
+ * the float rows are done here; each tier has its own block loop, axpy_blocks(). Dequant uses
+ * this file's block_q() in both tiers.
  * Private to native/src/kernels. */
 #ifndef PI_KERNELS_SIMD_H
 #define PI_KERNELS_SIMD_H
@@ -26,32 +24,34 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "common.h"
 #include "ref.h"
-
-#define INLINE static inline __attribute__((always_inline))
 
 enum { MAX_TILE_ROWS = 4, MAX_TILE_TOKENS = 4 };
 
-INLINE size_t block_bytes(int type) { return pi_block_bytes(type); }
+INLINE size_t block_bytes(int type) { return pi_type_block_bytes((uint32_t)type); }
 
 INLINE int is_float(int type) { return type == PI_TYPE_F32 || type == PI_TYPE_F16 || type == PI_TYPE_BF16; }
 
-INLINE int float_bytes(int type) { return type == PI_TYPE_F32 ? 4 : 2; }
+INLINE int float_bytes(int type) { return (int)pi_type_block_bytes((uint32_t)type); }
 
 /* The formats with a per-block minimum m (w = d * q + m) add m * sum(d_x * x) = m * s_x. */
 INLINE int has_min(int type) { return type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_1; }
 
-INLINE uint32_t load_u16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* What a block format adds to its weights to store them; it becomes part of the block's
+ * constant: w = d * (q - offset) = d * q + m with m = -offset * d. */
+INLINE int stored_offset(int type) { return type == PI_TYPE_Q4_0 ? 8 : type == PI_TYPE_Q5_0 ? 16 : 0; }
 
-INLINE uint32_t load_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* What a format adds to make its weights unsigned for the integer dot: the stored offset, and
+ * for Q8_0 +128 (the sign bit flipped) where the dot takes unsigned weights only, vpdpbusd. The
+ * AVX2 tier keeps Q8_0 signed: 255 * 127 pair sums would overflow vpmaddubsw's int16 lanes. */
+#if defined(__AVX512VNNI__)
+enum { Q8_0_OFFSET = 128 };
+#else
+enum { Q8_0_OFFSET = 0 };
+#endif
+
+INLINE int weight_offset(int type) { return type == PI_TYPE_Q8_0 ? Q8_0_OFFSET : stored_offset(type); }
 
 /* 8 weights from i on, as floats. */
 INLINE __m256 load_float8(int type, const void *row, int i) {
@@ -61,31 +61,10 @@ INLINE __m256 load_float8(int type, const void *row, int i) {
         const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const pi_bf16 *)row + i)));
         return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
     }
-    default: return _mm256_loadu_ps((const float *)row + i); /* PI_TYPE_F32 */
+    case PI_TYPE_F32: return _mm256_loadu_ps((const float *)row + i);
+    default: PI_BAD_TYPE();
     }
 }
-
-INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-/* ---- defined by each tier ---- */
-
-/* What a format adds to make its weights unsigned; 0 for Q8_0 means it stays signed. */
-static inline int weight_offset(int type);
-/* init + per dword lane, the sum of unsigned w times signed x over lo and then hi. */
-static inline __m256i pair_isum(__m256i init, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi);
-/* The tile for F32, F16 and BF16 weights, as tile_blocks() below is for the block formats. */
-static inline void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead,
-                               pi_act x, int t0, float *Y, int y_stride);
-/* y[32 b0 .. 32 (b0 + nb)) += a[r] * rows[r] over those blocks, for R rows of a block format
- * whose scales scales_of() has put in *sc (see axpy_scales below). */
-typedef struct axpy_scales axpy_scales;
-static inline void axpy_blocks(int type, int R, const uint8_t *const *rows, const uintptr_t *ahead,
-                               const axpy_scales *sc, float *y, int b0, int nb);
-
 /* ---- weight pairs ---- */
 
 /* A pair of weight blocks: 64 weights, the scales as [d0, m0, d1, m1] (m = 0 for the formats
@@ -135,6 +114,12 @@ INLINE void add_high_bits(wpair *w, const uint8_t *qh0, const uint8_t *qh1) {
     w->hi = add_bit4(w->hi, ha >> 16 | (hb & 0xffff0000u));
 }
 
+INLINE void set_scales(wpair *w, uint32_t dm0, uint32_t dm1) {
+    w->dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)dm0), (int)dm1, 1));
+    w->d8 = spread_pair(w->dm);
+    w->m = _mm_blend_ps(_mm_setzero_ps(), w->dm, 0x0a);
+}
+
 /* Q8_0: signed bytes, made unsigned by flipping the sign bit (+128) where the tier wants it. */
 INLINE void byte_pair(wpair *w, const uint8_t *qs0, const uint8_t *qs1) {
     w->lo = load_halves(qs0, qs1);
@@ -147,12 +132,6 @@ INLINE void byte_pair(wpair *w, const uint8_t *qs0, const uint8_t *qs1) {
 }
 
 /* dm0/dm1: each block's fp16 d in the low half and m (or 0) in the high half. */
-INLINE void set_scales(wpair *w, uint32_t dm0, uint32_t dm1) {
-    w->dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)dm0), (int)dm1, 1));
-    w->d8 = spread_pair(w->dm);
-    w->m = _mm_blend_ps(_mm_setzero_ps(), w->dm, 0x0a);
-}
-
 INLINE wpair load_wpair(int type, const uint8_t *b0, const uint8_t *b1) {
     wpair w;
     switch (type) {
@@ -174,145 +153,16 @@ INLINE wpair load_wpair(int type, const uint8_t *b0, const uint8_t *b1) {
         add_high_bits(&w, b0 + offsetof(block_q5_1, qh), b1 + offsetof(block_q5_1, qh));
         set_scales(&w, load_u32(b0), load_u32(b1));
         break;
-    default: /* PI_TYPE_Q8_0 */
+    case PI_TYPE_Q8_0:
         byte_pair(&w, b0 + offsetof(block_q8_0, qs), b1 + offsetof(block_q8_0, qs));
         set_scales(&w, load_u16(b0), load_u16(b1));
         break;
+    default: PI_BAD_TYPE();
     }
     return w;
 }
-
-/* ---- activation pairs ---- */
-
-/* A pair of activation blocks in the same lo/hi order, [d0, s0, d1, s1], d spread over the
- * lanes, and the integer start of each lane's dot product, -offset * sum(x over the lane). */
-typedef struct {
-    __m256i lo, hi, base;
-    __m128 ds;
-    __m256 d8;
-} xpair;
-
-INLINE xpair load_xpair(int type, const block_q8x *x) {
-    xpair p;
-    p.lo = load_halves((const uint8_t *)x[0].qs, (const uint8_t *)x[1].qs);
-    p.hi = load_halves((const uint8_t *)x[0].qs + 16, (const uint8_t *)x[1].qs + 16);
-    p.ds = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)&x[0].d), (const __m64 *)&x[1].d);
-    p.d8 = spread_pair(p.ds);
-    p.base = _mm256_setzero_si256();
-    if (weight_offset(type)) {
-        const __m256i off = _mm256_set1_epi8((char)weight_offset(type));
-        p.base = _mm256_sub_epi32(p.base, pair_isum(p.base, off, off, p.lo, p.hi));
-    }
-    return p;
-}
-
-/* ---- the block tile ---- */
-
-/* acc += m0 * s0 + m1 * s1, in lanes 1 and 3. */
-INLINE __m256 add_min_term(const wpair *w, const xpair *x, __m256 acc) {
-#if defined(__AVX512VL__)
-    return _mm256_mask3_fmadd_ps(_mm256_castps128_ps256(w->dm), _mm256_castps128_ps256(x->ds), acc, 0x0a);
-#else
-    return _mm256_fmadd_ps(_mm256_zextps128_ps256(w->m), _mm256_zextps128_ps256(x->ds), acc);
-#endif
-}
-
-/* acc += the pair's dot product over [a x 4, b x 4] lanes. Signed Q8_0 weights use the sign
- * trick, |w| * (x * sign(w)), exact because activations never hold -128. */
-INLINE __m256 pair_dot(int type, const wpair *w, const xpair *x, __m256 acc) {
-    __m256i dot;
-    if (type == PI_TYPE_Q8_0 && !weight_offset(type))
-        dot = pair_isum(_mm256_setzero_si256(), _mm256_abs_epi8(w->lo), _mm256_abs_epi8(w->hi),
-                        _mm256_sign_epi8(x->lo, w->lo), _mm256_sign_epi8(x->hi, w->hi));
-    else
-        dot = pair_isum(x->base, w->lo, w->hi, x->lo, x->hi);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w->d8, x->d8), acc);
-    return has_min(type) ? add_min_term(w, x, acc) : acc;
-}
-
-/* Y[t * y_stride + r] for R <= MAX_TILE_ROWS rows x T <= MAX_TILE_TOKENS tokens from token t0
- * on, touching the addresses `ahead` (one per row, advancing as the row does) so they come from
- * DRAM while the tile computes. An odd last block goes to the reference. */
-INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
-                        int t0, float *Y, int y_stride) {
-    const size_t bb = block_bytes(type);
-    const int nb = x.n / QK;
-    const block_q8x *xs[MAX_TILE_TOKENS];
-    __m256 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; t++) xs[t] = x.q + (size_t)(t0 + t) * nb;
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-
-    for (int b = 0; b + 1 < nb; b += 2) {
-        xpair xp[MAX_TILE_TOKENS];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) xp[t] = load_xpair(type, xs[t] + b);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            for (size_t off = 0; off < 2 * bb; off += 64) _mm_prefetch((const char *)(ahead[r] + b * bb + off), _MM_HINT_T1);
-            const wpair w = load_wpair(type, rows[r] + b * bb, rows[r] + (b + 1) * bb);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) acc[r][t] = pair_dot(type, &w, &xp[t], acc[r][t]);
-        }
-    }
-
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            float y = hsum8(acc[r][t]);
-            if (nb & 1) y += pi_ref_dot_blocks(type, rows[r], xs[t], nb - 1, nb);
-            Y[(size_t)t * y_stride + r] = y;
-        }
-}
-
-/* ---- the tile walk ---- */
-
-INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x, int t0,
-                 float *Y, int y_stride) {
-    if (is_float(type)) tile_floats(type, R, T, rows, ahead, x, t0, Y, y_stride);
-    else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
-}
-
-/* A matmul in tiles of TR rows x TT tokens, rows outer and tokens inner, so a tile's rows stay
- * in L1 while every token tile passes over them; leftover rows and tokens go one at a time.
- * The first token tile of each row group prefetches rows further on: with several rows read
- * side by side the hardware prefetchers fall behind, and rows picked by idx are not
- * sequential at all. */
-INLINE void walk_tiles(int type, int TR, int TT, const void *W, size_t row_bytes, const int32_t *idx, int r0,
-                       int nr, pi_act x, int nt, float *Y, int y_stride) {
-    const int ahead_rows = pi_prefetch_rows(row_bytes, TR);
-    for (int i = 0; i < nr;) {
-        const int R = nr - i >= TR ? TR : 1;
-        const uint8_t *rows[MAX_TILE_ROWS];
-        uintptr_t ahead[MAX_TILE_ROWS], own[MAX_TILE_ROWS];
-        for (int r = 0; r < R; r++) {
-            rows[r] = pi_matmul_row(W, row_bytes, idx, r0, i + r);
-            ahead[r] = pi_prefetch_row(W, row_bytes, idx, r0, nr, i + r, ahead_rows);
-            own[r] = (uintptr_t)rows[r];
-        }
-        for (int t = 0; t < nt;) {
-            const int T = nt - t >= TT ? TT : 1;
-            const uintptr_t *pf = t == 0 ? ahead : own; /* later tiles touch their own rows: a no-op */
-            float *y = Y + (size_t)t * y_stride + i;
-            if (R == TR && T == TT) tile(type, TR, TT, rows, pf, x, t, y, y_stride);
-            else if (R == TR) tile(type, TR, 1, rows, pf, x, t, y, y_stride);
-            else if (T == TT) tile(type, 1, TT, rows, pf, x, t, y, y_stride);
-            else tile(type, 1, 1, rows, pf, x, t, y, y_stride);
-            t += T;
-        }
-        i += R;
-    }
-}
-
 /* ---- axpy over rows, and dequant ---- */
 
-/* What a block format adds to its weights to store them; it becomes part of the block's
- * constant: w = d * (q - offset) = d * q + m with m = -offset * d. */
-INLINE int stored_offset(int type) { return type == PI_TYPE_Q4_0 ? 8 : type == PI_TYPE_Q5_0 ? 16 : 0; }
 
 /* Nibble formats keep weights 16-31 as the high nibbles in place, 16 q: masking them costs no
  * shift, and shifts share the two ports of Zen 4 that convert to float, the busiest ones here.
@@ -325,6 +175,26 @@ enum { Q5_DWORDS = 0 };
 #endif
 
 INLINE int is_q5(int type) { return type == PI_TYPE_Q5_0 || type == PI_TYPE_Q5_1; }
+
+/* Where a block format keeps its quants qs and, for Q5_0 and Q5_1, the high bits qh. */
+INLINE size_t qs_offset(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_0: return offsetof(block_q4_0, qs);
+    case PI_TYPE_Q4_1: return offsetof(block_q4_1, qs);
+    case PI_TYPE_Q5_0: return offsetof(block_q5_0, qs);
+    case PI_TYPE_Q5_1: return offsetof(block_q5_1, qs);
+    case PI_TYPE_Q8_0: return offsetof(block_q8_0, qs);
+    default: PI_BAD_TYPE();
+    }
+}
+
+INLINE size_t qh_offset(int type) {
+    switch (type) {
+    case PI_TYPE_Q5_0: return offsetof(block_q5_0, qh);
+    case PI_TYPE_Q5_1: return offsetof(block_q5_1, qh);
+    default: PI_BAD_TYPE();
+    }
+}
 
 /* What q[2] and q[3] of block_q() are multiplied by, next to d. */
 INLINE float high_scale(int type) {
@@ -346,7 +216,7 @@ INLINE void block_q(int type, const uint8_t *block, __m256 q[4]) {
     case PI_TYPE_Q4_0:
     case PI_TYPE_Q4_1: {
         __m256i v[2];
-        nibble_dwords(block + (type == PI_TYPE_Q4_0 ? offsetof(block_q4_0, qs) : offsetof(block_q4_1, qs)), v);
+        nibble_dwords(block + qs_offset(type), v);
         q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(v[0], lo));
         q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(v[1], lo));
         q[2] = _mm256_cvtepi32_ps(_mm256_and_si256(v[0], hi));
@@ -355,9 +225,8 @@ INLINE void block_q(int type, const uint8_t *block, __m256 q[4]) {
     }
     case PI_TYPE_Q5_0:
     case PI_TYPE_Q5_1: {
-        const int q5_0 = type == PI_TYPE_Q5_0;
-        const uint8_t *qs = block + (q5_0 ? offsetof(block_q5_0, qs) : offsetof(block_q5_1, qs));
-        const uint32_t h = load_u32(block + (q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh)));
+        const uint8_t *qs = block + qs_offset(type);
+        const uint32_t h = load_u32(block + qh_offset(type));
 #if defined(__AVX512VL__)
         /* bit j of h is bit 4 of weight j: 16 in the low-nibble lanes, 16 * 16 in the high ones */
         __m256i v[2];
@@ -381,13 +250,14 @@ INLINE void block_q(int type, const uint8_t *block, __m256 q[4]) {
 #endif
         break;
     }
-    default: { /* PI_TYPE_Q8_0 */
-        const uint8_t *qs = block + offsetof(block_q8_0, qs);
+    case PI_TYPE_Q8_0: {
+        const uint8_t *qs = block + qs_offset(type);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * k))));
         break;
     }
+    default: PI_BAD_TYPE();
     }
 }
 
@@ -400,11 +270,11 @@ enum {
  * block loop so that there they are broadcast loads and leave the vector ports to the weights:
  * s[r][2i] = a d and s[r][2i + 1] = a m of row r's block b0 + i, sh[r][2i] = a d high_scale().
  * m[2i + 1] sums a m over every row of the walk; it is added to y once, after the last group. */
-struct axpy_scales {
+typedef struct {
     _Alignas(32) float s[AXPY_ROWS][2 * AXPY_BLOCKS];
     _Alignas(32) float sh[AXPY_ROWS][2 * AXPY_BLOCKS];
     _Alignas(32) float m[2 * AXPY_BLOCKS];
-};
+} axpy_scales;
 
 /* The fp16 pair [d, m] of a block as a dword; the formats without a minimum give [d, d], their
  * m being -offset * d (the factor comes in scales_of()). */
@@ -463,83 +333,6 @@ INLINE void axpy_floats(int type, int R, const uint8_t *const *rows, const uintp
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) pi_ref_axpy_floats(type, rows[r], a[r], y, d8, d);
-}
-
-/* One group of R rows: all of d for float rows, blocks [b0, b0 + nb) for the block formats. */
-INLINE void axpy_group(int type, int R, const uint8_t *const *rows, const uintptr_t *ahead, const float *a,
-                       float *y, int d, int b0, int nb, axpy_scales *sc) {
-    if (is_float(type)) {
-        axpy_floats(type, R, rows, ahead, a, y, d);
-    } else {
-        scales_of(type, R, rows, a, b0, nb, sc);
-        axpy_blocks(type, R, rows, ahead, sc, y, b0, nb);
-    }
-}
-
-/* One walk over the rows with a[j] != 0, AXPY_ROWS of them per pass over y (over its blocks
- * [b0, b0 + nb) for the block formats, whose rows' bytes [lo, hi) it reads). A second cursor
- * runs as many non-zero rows ahead as pi_prefetch_rows() asks and hands each row of a group
- * the row to prefetch as it is read: rows of a zero a[j] are never touched, and the cursor
- * stops at the last row (then a row prefetches itself, a no-op). The rows the cursor skips at
- * the start are prefetched whole at once: the sparse FFN calls this on runs of 32 scattered
- * rows, often fewer than the prefetch distance, and would otherwise wait on each in turn. */
-INLINE void axpy_walk(int type, const void *W, size_t row_bytes, const int32_t *idx, const float *a, int n,
-                      float *y, int d, int b0, int nb, axpy_scales *sc) {
-    const size_t lo = is_float(type) ? 0 : (size_t)b0 * block_bytes(type);
-    const size_t hi = is_float(type) ? row_bytes : (size_t)(b0 + nb) * block_bytes(type);
-    const int ahead_rows = pi_prefetch_rows(hi - lo, AXPY_ROWS);
-    int p = 0;
-    for (int seen = 0; p < n && seen < ahead_rows; p++) {
-        if (a[p] == 0.0f) continue;
-        const uintptr_t row = (uintptr_t)pi_matmul_row(W, row_bytes, idx, 0, p);
-        if (seen++ >= AXPY_ROWS) /* the first group reads its rows at once */
-            for (uintptr_t line = (row + lo) & ~(uintptr_t)63; line < row + hi; line += 64)
-                _mm_prefetch((const char *)line, _MM_HINT_T1);
-    }
-    for (int j = 0;;) {
-        const uint8_t *rows[AXPY_ROWS];
-        uintptr_t ahead[AXPY_ROWS];
-        float ar[AXPY_ROWS];
-        int R = 0;
-        for (; j < n && R < AXPY_ROWS; j++) {
-            if (a[j] == 0.0f) continue; /* ReLU zeros cost nothing */
-            rows[R] = pi_matmul_row(W, row_bytes, idx, 0, j);
-            ar[R] = a[j];
-            while (p < n && a[p] == 0.0f) p++;
-            ahead[R] = p < n ? (uintptr_t)pi_matmul_row(W, row_bytes, idx, 0, p++) : (uintptr_t)rows[R];
-            R++;
-        }
-        switch (R) {
-        case AXPY_ROWS: axpy_group(type, AXPY_ROWS, rows, ahead, ar, y, d, b0, nb, sc); break;
-        case 3: axpy_group(type, 3, rows, ahead, ar, y, d, b0, nb, sc); return;
-        case 2: axpy_group(type, 2, rows, ahead, ar, y, d, b0, nb, sc); return;
-        case 1: axpy_group(type, 1, rows, ahead, ar, y, d, b0, nb, sc); return;
-        default: return;
-        }
-    }
-}
-
-/* y += sum_j a[j] row(j): float rows in one walk, block rows in walks over AXPY_BLOCKS blocks
- * of y at a time, each ending with the blocks' constants. */
-INLINE void axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *idx, const float *a, int n,
-                      float *y, int d) {
-    if (is_float(type)) {
-        axpy_walk(type, W, row_bytes, idx, a, n, y, d, 0, 0, NULL);
-        return;
-    }
-    axpy_scales sc;
-    for (int b0 = 0; b0 < d / QK; b0 += AXPY_BLOCKS) {
-        const int nb = d / QK - b0 < AXPY_BLOCKS ? d / QK - b0 : AXPY_BLOCKS;
-        memset(sc.m, 0, sizeof sc.m);
-        axpy_walk(type, W, row_bytes, idx, a, n, y, d, b0, nb, &sc);
-        if (type == PI_TYPE_Q8_0) continue; /* no constants */
-        for (int i = 0; i < nb; i++) {
-            const __m256 m = _mm256_set1_ps(sc.m[2 * i + 1]);
-            float *yb = y + (size_t)(b0 + i) * QK;
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) _mm256_storeu_ps(yb + 8 * k, _mm256_add_ps(_mm256_loadu_ps(yb + 8 * k), m));
-        }
-    }
 }
 
 /* y[0..n) = d * q + m, one fused multiply-add a weight: the same single rounding as the

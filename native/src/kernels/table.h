@@ -1,64 +1,44 @@
-/* table.h - the per-type entries of a kernel table, around the including tier's generic
- * quantize_act, matmul(type, ...), dequant(type, ...) and axpy_rows(type, ...). Included at the
- * end of ref.c, avx2.c and avx512.c, so each tier instantiates them under its own instruction
- * set: one named function per type lets the compiler specialise the generic loops. */
+/* table.h - a tier's kernel table, generated from the type list (quants.h's PI_TYPES): one named
+ * function per type and kernel, so that the compiler specialises the tier's generic loops for
+ * each type, and the function that fills the table with them. The tier passes in the names of
+ * its generic kernels, each taking the type first: for the block and float formats and for the
+ * K-quants. Private to native/src/kernels. */
 #ifndef PI_KERNELS_TABLE_H
 #define PI_KERNELS_TABLE_H
+#include "kernels.h"
 
-static void matmul_f32(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_F32, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_f16(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_F16, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_bf16(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_BF16, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q4_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q4_1(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q4_1, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q5_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q5_1(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q5_1, W, rb, idx, r0, nr, x, nt, Y, ys); }
-static void matmul_q8_0(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, int ys) { matmul(PI_TYPE_Q8_0, W, rb, idx, r0, nr, x, nt, Y, ys); }
+/* The three entries of type T, each handing its arguments to the generic kernel of its family. The
+ * block size is a constant expression, so the other family's call is gone before any inlining. */
+#define PI_TABLE_ENTRIES_(T, id, name, bs, bb, MATMUL, DEQUANT, AXPY, KQ_MATMUL, KQ_DEQUANT, KQ_AXPY)                 \
+    static void matmul_##T(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y,  \
+                           int ys) {                                                                                  \
+        if ((bs) == QK_K) KQ_MATMUL(PI_TYPE_##T, W, rb, idx, r0, nr, x, nt, Y, ys);                                   \
+        else MATMUL(PI_TYPE_##T, W, rb, idx, r0, nr, x, nt, Y, ys);                                                   \
+    }                                                                                                                 \
+    static void dequant_##T(const void *row, float *y, int n) {                                                       \
+        if ((bs) == QK_K) KQ_DEQUANT(PI_TYPE_##T, row, y, n);                                                         \
+        else DEQUANT(PI_TYPE_##T, row, y, n);                                                                         \
+    }                                                                                                                 \
+    static void axpy_rows_##T(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y,         \
+                              int d) {                                                                                \
+        if ((bs) == QK_K) KQ_AXPY(PI_TYPE_##T, W, rb, rows, a, n, y, d);                                              \
+        else AXPY(PI_TYPE_##T, W, rb, rows, a, n, y, d);                                                              \
+    }
 
-static void dequant_f32(const void *row, float *y, int n) { dequant(PI_TYPE_F32, row, y, n); }
-static void dequant_f16(const void *row, float *y, int n) { dequant(PI_TYPE_F16, row, y, n); }
-static void dequant_bf16(const void *row, float *y, int n) { dequant(PI_TYPE_BF16, row, y, n); }
-static void dequant_q4_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q4_0, row, y, n); }
-static void dequant_q4_1(const void *row, float *y, int n) { dequant(PI_TYPE_Q4_1, row, y, n); }
-static void dequant_q5_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_0, row, y, n); }
-static void dequant_q5_1(const void *row, float *y, int n) { dequant(PI_TYPE_Q5_1, row, y, n); }
-static void dequant_q8_0(const void *row, float *y, int n) { dequant(PI_TYPE_Q8_0, row, y, n); }
+#define PI_TABLE_FILL_(T, ...)                                                                                        \
+    k->matmul[PI_TYPE_##T] = matmul_##T;                                                                              \
+    k->dequant[PI_TYPE_##T] = dequant_##T;                                                                            \
+    k->axpy_rows[PI_TYPE_##T] = axpy_rows_##T;
 
-static void axpy_rows_f32(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_F32, W, rb, rows, a, n, y, d); }
-static void axpy_rows_f16(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_F16, W, rb, rows, a, n, y, d); }
-static void axpy_rows_bf16(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_BF16, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q4_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_0, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q4_1(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q4_1, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q5_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_0, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q5_1(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q5_1, W, rb, rows, a, n, y, d); }
-static void axpy_rows_q8_0(const void *W, size_t rb, const int32_t *rows, const float *a, int n, float *y, int d) { axpy_rows(PI_TYPE_Q8_0, W, rb, rows, a, n, y, d); }
-
-static void fill_table(pi_kernels *k, const char *name) {
-    k->name = name;
-    k->quantize_act = quantize_act;
-    k->matmul[PI_TYPE_F32] = matmul_f32;
-    k->matmul[PI_TYPE_F16] = matmul_f16;
-    k->matmul[PI_TYPE_BF16] = matmul_bf16;
-    k->matmul[PI_TYPE_Q4_0] = matmul_q4_0;
-    k->matmul[PI_TYPE_Q4_1] = matmul_q4_1;
-    k->matmul[PI_TYPE_Q5_0] = matmul_q5_0;
-    k->matmul[PI_TYPE_Q5_1] = matmul_q5_1;
-    k->matmul[PI_TYPE_Q8_0] = matmul_q8_0;
-    k->dequant[PI_TYPE_F32] = dequant_f32;
-    k->dequant[PI_TYPE_F16] = dequant_f16;
-    k->dequant[PI_TYPE_BF16] = dequant_bf16;
-    k->dequant[PI_TYPE_Q4_0] = dequant_q4_0;
-    k->dequant[PI_TYPE_Q4_1] = dequant_q4_1;
-    k->dequant[PI_TYPE_Q5_0] = dequant_q5_0;
-    k->dequant[PI_TYPE_Q5_1] = dequant_q5_1;
-    k->dequant[PI_TYPE_Q8_0] = dequant_q8_0;
-    k->axpy_rows[PI_TYPE_F32] = axpy_rows_f32;
-    k->axpy_rows[PI_TYPE_F16] = axpy_rows_f16;
-    k->axpy_rows[PI_TYPE_BF16] = axpy_rows_bf16;
-    k->axpy_rows[PI_TYPE_Q4_0] = axpy_rows_q4_0;
-    k->axpy_rows[PI_TYPE_Q4_1] = axpy_rows_q4_1;
-    k->axpy_rows[PI_TYPE_Q5_0] = axpy_rows_q5_0;
-    k->axpy_rows[PI_TYPE_Q5_1] = axpy_rows_q5_1;
-    k->axpy_rows[PI_TYPE_Q8_0] = axpy_rows_q8_0;
-}
+/* The entries of every type we run, and `static void fill(pi_kernels *k, const char *name)`,
+ * which sets them, the two activation quantizers and the tier's name. */
+#define PI_KERNEL_TABLE(fill, QUANTIZE, QUANTIZE_K, MATMUL, DEQUANT, AXPY, KQ_MATMUL, KQ_DEQUANT, KQ_AXPY)            \
+    PI_TYPES(PI_TABLE_ENTRIES_, MATMUL, DEQUANT, AXPY, KQ_MATMUL, KQ_DEQUANT, KQ_AXPY)                                \
+    static void fill(pi_kernels *k, const char *name) {                                                               \
+        k->name = name;                                                                                               \
+        k->quantize_act = QUANTIZE;                                                                                   \
+        k->quantize_act_k = QUANTIZE_K;                                                                               \
+        PI_TYPES(PI_TABLE_FILL_, ~)                                                                                   \
+    }
 
 #endif

@@ -1,0 +1,134 @@
+/* isa_avx512.h - what is the AVX-512 tier's own (avx512.c) in the walks of walk.h: the tile
+ * shape, the integer dot, the float tile and the axpy block loop.
+ *
+ * Block formats use the pair scheme of simd.h with vpdpbusd as the integer dot. That work is
+ * on ymm, not zmm: Zen 4 runs a zmm op as two ymm halves, so zmm buys nothing there, while
+ * ymm lets a pair's sums land in the lanes its scales need.
+ *
+ * A matmul walks tiles of 4 rows x 4 tokens (4 x 1 in decode): each weight pair is decoded
+ * once per tile and each activation pair loaded once per tile. Float weights (F32, F16, BF16)
+ * take the same walk with zmm FMAs and masked loads for the row tail.
+ *
+ * axpy_rows (the sparse FFN's down projection) is float work, on zmm for the block formats:
+ * see axpy_blocks below. */
+#ifndef PI_KERNELS_ISA_AVX512_H
+#define PI_KERNELS_ISA_AVX512_H
+#include "simd.h"
+
+enum { TILE_R = 4, TILE_T = 4 }; /* rows and tokens per full tile */
+
+/* vpdpbusd does the unsigned x signed products and their sum in one instruction. */
+INLINE __m256i pair_isum(__m256i init, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(init, w_lo, x_lo), w_hi, x_hi);
+}
+
+/* ---- float matmul ---- */
+
+/* 16 weights from i on, as floats; lanes outside `keep` read nothing and are 0. */
+INLINE __m512 load_float16(int type, const void *row, int i, __mmask16 keep) {
+    switch (type) {
+    case PI_TYPE_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(keep, (const pi_fp16 *)row + i));
+    case PI_TYPE_BF16: { /* bf16 is the top half of an f32 */
+        const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, (const pi_bf16 *)row + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+    }
+    case PI_TYPE_F32: return _mm512_maskz_loadu_ps(keep, (const float *)row + i);
+    default: PI_BAD_TYPE();
+    }
+}
+
+/* One 16-wide step of an R x T float tile; the last step of a row passes a partial mask. */
+INLINE void float_step(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead,
+                       const float *const *xs, int i, __mmask16 keep, __m512 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS]) {
+    __m512 x[MAX_TILE_TOKENS];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) x[t] = _mm512_maskz_loadu_ps(keep, xs[t] + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        _mm_prefetch((const char *)(ahead[r] + (size_t)i * float_bytes(type)), _MM_HINT_T1);
+        const __m512 w = load_float16(type, rows[r], i, keep);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(w, x[t], acc[r][t]);
+    }
+}
+
+INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
+                        int t0, float *Y, int y_stride) {
+    const float *xs[MAX_TILE_TOKENS];
+    __m512 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) xs[t] = x.f + (size_t)(t0 + t) * x.n;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= x.n; i += 16) float_step(type, R, T, rows, ahead, xs, i, 0xffff, acc);
+    if (i < x.n) float_step(type, R, T, rows, ahead, xs, i, (__mmask16)((1u << (x.n - i)) - 1), acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) Y[(size_t)t * y_stride + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* ---- axpy over rows ---- */
+
+/* Here the block loop is on zmm, two per block of y, an exception to the ymm rule above: its
+ * float work (a conversion and an FMA per 16 weights) takes the vector pipes as long either
+ * way, but zmm needs half the instructions, and the loop is bound by both (on Zen 4, Q4_1 at
+ * 1536 x 576: 1.45 ns a row's block on zmm, 1.6 with avx2.c's ymm loop). The low nibbles of the
+ * 4-bit formats are looked up in a table of 0..15 by vpermps, which reads only the low 4 bits
+ * of each index: no mask and no conversion. The scales come as broadcast operands of the FMAs. */
+INLINE void block_q16(int type, const uint8_t *block, __m512 *q0, __m512 *q1) {
+    switch (type) {
+    case PI_TYPE_Q8_0: {
+        const uint8_t *qs = block + qs_offset(type);
+        *q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)qs)));
+        *q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16))));
+        return;
+    }
+    case PI_TYPE_Q4_0:
+    case PI_TYPE_Q4_1:
+    case PI_TYPE_Q5_0:
+    case PI_TYPE_Q5_1: {
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(block + qs_offset(type))));
+        const __m512i w1 = _mm512_and_si512(v, _mm512_set1_epi32(0xf0)); /* 16 q of weights 16-31 */
+        if (is_q5(type)) { /* bit j of qh is bit 4 of weight j */
+            const uint32_t h = load_u32(block + qh_offset(type));
+            const __m512i w0 = _mm512_and_si512(v, _mm512_set1_epi32(0x0f));
+            *q0 = _mm512_cvtepi32_ps(_mm512_mask_or_epi32(w0, (__mmask16)h, w0, _mm512_set1_epi32(16)));
+            *q1 = _mm512_cvtepi32_ps(_mm512_mask_or_epi32(w1, (__mmask16)(h >> 16), w1, _mm512_set1_epi32(256)));
+            return;
+        }
+        *q0 = _mm512_permutexvar_ps(v, _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+        *q1 = _mm512_cvtepi32_ps(w1);
+        return;
+    }
+    default: PI_BAD_TYPE();
+    }
+}
+
+INLINE void axpy_blocks(int type, int R, const uint8_t *const *rows, const uintptr_t *ahead, const axpy_scales *sc,
+                        float *y, int b0, int nb) {
+    const size_t bb = block_bytes(type);
+    for (int i = 0; i < nb; i++) {
+        const size_t b = (size_t)(b0 + i);
+        float *yb = y + b * QK;
+        __m512 acc0 = _mm512_loadu_ps(yb), acc1 = _mm512_loadu_ps(yb + 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *block = rows[r] + b * bb;
+            _mm_prefetch((const char *)(ahead[r] + b * bb), _MM_HINT_T1);
+            const float *sh = high_scale(type) != 1.0f ? sc->sh[r] : sc->s[r];
+            __m512 q0, q1;
+            block_q16(type, block, &q0, &q1);
+            acc0 = _mm512_fmadd_ps(q0, _mm512_set1_ps(sc->s[r][2 * i]), acc0);
+            acc1 = _mm512_fmadd_ps(q1, _mm512_set1_ps(sh[2 * i]), acc1);
+        }
+        _mm512_storeu_ps(yb, acc0);
+        _mm512_storeu_ps(yb + 16, acc1);
+    }
+}
+
+#endif

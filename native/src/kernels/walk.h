@@ -1,0 +1,227 @@
+/* walk.h - the SIMD tiers' matmul and axpy over rows, on the instructions of the tier that
+ * includes it (isa_avx2.h or isa_avx512.h, chosen by the instruction set it is compiled for)
+ * and the block decoding of simd.h: the weight and activation pairs, the block tile, the walk
+ * over tiles and the walk over the rows of the sparse FFN.
+ *
+ * walk_tiles() calls the tiles with constant shapes, so every shape compiles to its own
+ * unrolled body. Private to native/src/kernels. */
+#ifndef PI_KERNELS_WALK_H
+#define PI_KERNELS_WALK_H
+#include "simd.h"
+#if defined(__AVX512VNNI__)
+#include "isa_avx512.h"
+#else
+#include "isa_avx2.h"
+#endif
+
+/* ---- activation pairs ---- */
+
+/* A pair of activation blocks in the same lo/hi order, [d0, s0, d1, s1], d spread over the
+ * lanes, and the integer start of each lane's dot product, -offset * sum(x over the lane). */
+typedef struct {
+    __m256i lo, hi, base;
+    __m128 ds;
+    __m256 d8;
+} xpair;
+
+INLINE xpair load_xpair(int type, const block_q8x *x) {
+    xpair p;
+    p.lo = load_halves((const uint8_t *)x[0].qs, (const uint8_t *)x[1].qs);
+    p.hi = load_halves((const uint8_t *)x[0].qs + 16, (const uint8_t *)x[1].qs + 16);
+    p.ds = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)&x[0].d), (const __m64 *)&x[1].d);
+    p.d8 = spread_pair(p.ds);
+    p.base = _mm256_setzero_si256();
+    if (weight_offset(type)) {
+        const __m256i off = _mm256_set1_epi8((char)weight_offset(type));
+        p.base = _mm256_sub_epi32(p.base, pair_isum(p.base, off, off, p.lo, p.hi));
+    }
+    return p;
+}
+
+/* ---- the block tile ---- */
+
+/* acc += m0 * s0 + m1 * s1, in lanes 1 and 3. */
+INLINE __m256 add_min_term(const wpair *w, const xpair *x, __m256 acc) {
+#if defined(__AVX512VL__)
+    return _mm256_mask3_fmadd_ps(_mm256_castps128_ps256(w->dm), _mm256_castps128_ps256(x->ds), acc, 0x0a);
+#else
+    return _mm256_fmadd_ps(_mm256_zextps128_ps256(w->m), _mm256_zextps128_ps256(x->ds), acc);
+#endif
+}
+
+/* acc += the pair's dot product over [a x 4, b x 4] lanes. Signed Q8_0 weights use the sign
+ * trick, |w| * (x * sign(w)), exact because activations never hold -128. */
+INLINE __m256 pair_dot(int type, const wpair *w, const xpair *x, __m256 acc) {
+    __m256i dot;
+    if (type == PI_TYPE_Q8_0 && !weight_offset(type))
+        dot = pair_isum(_mm256_setzero_si256(), _mm256_abs_epi8(w->lo), _mm256_abs_epi8(w->hi),
+                        _mm256_sign_epi8(x->lo, w->lo), _mm256_sign_epi8(x->hi, w->hi));
+    else
+        dot = pair_isum(x->base, w->lo, w->hi, x->lo, x->hi);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w->d8, x->d8), acc);
+    return has_min(type) ? add_min_term(w, x, acc) : acc;
+}
+
+/* Y[t * y_stride + r] for R <= MAX_TILE_ROWS rows x T <= MAX_TILE_TOKENS tokens from token t0
+ * on, touching the addresses `ahead` (one per row, advancing as the row does) so they come from
+ * DRAM while the tile computes. An odd last block goes to the reference. */
+INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
+                        int t0, float *Y, int y_stride) {
+    const size_t bb = block_bytes(type);
+    const int nb = x.n / QK;
+    const block_q8x *xs[MAX_TILE_TOKENS];
+    __m256 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) xs[t] = x.q + (size_t)(t0 + t) * nb;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+
+    for (int b = 0; b + 1 < nb; b += 2) {
+        xpair xp[MAX_TILE_TOKENS];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) xp[t] = load_xpair(type, xs[t] + b);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            for (size_t off = 0; off < 2 * bb; off += 64)
+                _mm_prefetch((const char *)(ahead[r] + b * bb + off), _MM_HINT_T1);
+            const wpair w = load_wpair(type, rows[r] + b * bb, rows[r] + (b + 1) * bb);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[r][t] = pair_dot(type, &w, &xp[t], acc[r][t]);
+        }
+    }
+
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float y = hsum8(acc[r][t]);
+            if (nb & 1) y += pi_ref_dot_blocks(type, rows[r], xs[t], nb - 1, nb);
+            Y[(size_t)t * y_stride + r] = y;
+        }
+}
+
+/* ---- the tile walk ---- */
+
+INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x, int t0,
+                 float *Y, int y_stride) {
+    if (is_float(type)) tile_floats(type, R, T, rows, ahead, x, t0, Y, y_stride);
+    else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
+}
+
+/* A matmul in tiles of TR rows x TT tokens, rows outer and tokens inner, so a tile's rows stay
+ * in L1 while every token tile passes over them; leftover rows and tokens go one at a time.
+ * The first token tile of each row group prefetches rows further on: with several rows read
+ * side by side the hardware prefetchers fall behind, and rows picked by idx are not
+ * sequential at all. */
+INLINE void walk_tiles(int type, int TR, int TT, const void *W, size_t row_bytes, const int32_t *idx, int r0,
+                       int nr, pi_act x, int nt, float *Y, int y_stride) {
+    const int ahead_rows = pi_prefetch_rows(row_bytes, TR);
+    for (int i = 0; i < nr;) {
+        const int R = nr - i >= TR ? TR : 1;
+        const uint8_t *rows[MAX_TILE_ROWS];
+        uintptr_t ahead[MAX_TILE_ROWS], own[MAX_TILE_ROWS];
+        for (int r = 0; r < R; r++) {
+            rows[r] = pi_matmul_row(W, row_bytes, idx, r0, i + r);
+            ahead[r] = pi_prefetch_row(W, row_bytes, idx, r0, nr, i + r, ahead_rows);
+            own[r] = (uintptr_t)rows[r];
+        }
+        for (int t = 0; t < nt;) {
+            const int T = nt - t >= TT ? TT : 1;
+            const uintptr_t *pf = t == 0 ? ahead : own; /* later tiles touch their own rows: a no-op */
+            float *y = Y + (size_t)t * y_stride + i;
+            if (R == TR && T == TT) tile(type, TR, TT, rows, pf, x, t, y, y_stride);
+            else if (R == TR) tile(type, TR, 1, rows, pf, x, t, y, y_stride);
+            else if (T == TT) tile(type, 1, TT, rows, pf, x, t, y, y_stride);
+            else tile(type, 1, 1, rows, pf, x, t, y, y_stride);
+            t += T;
+        }
+        i += R;
+    }
+}
+
+/* One group of R rows: all of d for float rows, blocks [b0, b0 + nb) for the block formats. */
+INLINE void axpy_group(int type, int R, const uint8_t *const *rows, const uintptr_t *ahead, const float *a,
+                       float *y, int d, int b0, int nb, axpy_scales *sc) {
+    if (is_float(type)) {
+        axpy_floats(type, R, rows, ahead, a, y, d);
+    } else {
+        scales_of(type, R, rows, a, b0, nb, sc);
+        axpy_blocks(type, R, rows, ahead, sc, y, b0, nb);
+    }
+}
+
+/* One walk over the rows with a[j] != 0, AXPY_ROWS of them per pass over y (over its blocks
+ * [b0, b0 + nb) for the block formats, whose rows' bytes [lo, hi) it reads). A second cursor
+ * runs as many non-zero rows ahead as pi_prefetch_rows() asks and hands each row of a group
+ * the row to prefetch as it is read: rows of a zero a[j] are never touched, and the cursor
+ * stops at the last row (then a row prefetches itself, a no-op). The rows the cursor skips at
+ * the start are prefetched whole at once: the sparse FFN calls this on runs of 32 scattered
+ * rows, often fewer than the prefetch distance, and would otherwise wait on each in turn. */
+INLINE void axpy_walk(int type, const void *W, size_t row_bytes, const int32_t *idx, const float *a, int n,
+                      float *y, int d, int b0, int nb, axpy_scales *sc) {
+    const size_t lo = is_float(type) ? 0 : (size_t)b0 * block_bytes(type);
+    const size_t hi = is_float(type) ? row_bytes : (size_t)(b0 + nb) * block_bytes(type);
+    const int ahead_rows = pi_prefetch_rows(hi - lo, AXPY_ROWS);
+    int p = 0;
+    for (int seen = 0; p < n && seen < ahead_rows; p++) {
+        if (a[p] == 0.0f) continue;
+        const uintptr_t row = (uintptr_t)pi_matmul_row(W, row_bytes, idx, 0, p);
+        if (seen++ >= AXPY_ROWS) /* the first group reads its rows at once */
+            for (uintptr_t line = (row + lo) & ~(uintptr_t)63; line < row + hi; line += 64)
+                _mm_prefetch((const char *)line, _MM_HINT_T1);
+    }
+    for (int j = 0;;) {
+        const uint8_t *rows[AXPY_ROWS];
+        uintptr_t ahead[AXPY_ROWS];
+        float ar[AXPY_ROWS];
+        int R = 0;
+        for (; j < n && R < AXPY_ROWS; j++) {
+            if (a[j] == 0.0f) continue; /* ReLU zeros cost nothing */
+            rows[R] = pi_matmul_row(W, row_bytes, idx, 0, j);
+            ar[R] = a[j];
+            while (p < n && a[p] == 0.0f) p++;
+            ahead[R] = p < n ? (uintptr_t)pi_matmul_row(W, row_bytes, idx, 0, p++) : (uintptr_t)rows[R];
+            R++;
+        }
+        switch (R) {
+        case AXPY_ROWS: axpy_group(type, AXPY_ROWS, rows, ahead, ar, y, d, b0, nb, sc); break;
+        case 3: axpy_group(type, 3, rows, ahead, ar, y, d, b0, nb, sc); return;
+        case 2: axpy_group(type, 2, rows, ahead, ar, y, d, b0, nb, sc); return;
+        case 1: axpy_group(type, 1, rows, ahead, ar, y, d, b0, nb, sc); return;
+        default: return;
+        }
+    }
+}
+
+/* y += sum_j a[j] row(j): float rows in one walk, block rows in walks over AXPY_BLOCKS blocks
+ * of y at a time, each ending with the blocks' constants. */
+INLINE void axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *idx, const float *a, int n,
+                      float *y, int d) {
+    if (is_float(type)) {
+        axpy_walk(type, W, row_bytes, idx, a, n, y, d, 0, 0, NULL);
+        return;
+    }
+    axpy_scales sc;
+    for (int b0 = 0; b0 < d / QK; b0 += AXPY_BLOCKS) {
+        const int nb = d / QK - b0 < AXPY_BLOCKS ? d / QK - b0 : AXPY_BLOCKS;
+        memset(sc.m, 0, sizeof sc.m);
+        axpy_walk(type, W, row_bytes, idx, a, n, y, d, b0, nb, &sc);
+        if (type == PI_TYPE_Q8_0) continue; /* no constants */
+        for (int i = 0; i < nb; i++) {
+            const __m256 m = _mm256_set1_ps(sc.m[2 * i + 1]);
+            float *yb = y + (size_t)(b0 + i) * QK;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) _mm256_storeu_ps(yb + 8 * k, _mm256_add_ps(_mm256_loadu_ps(yb + 8 * k), m));
+        }
+    }
+}
+
+/* A matmul in the tier's tiles. */
+INLINE void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x,
+                   int nt, float *Y, int y_stride) {
+    walk_tiles(type, TILE_R, TILE_T, W, row_bytes, idx, r0, nr, x, nt, Y, y_stride);
+}
+
+#endif
