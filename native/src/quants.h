@@ -13,8 +13,9 @@
  * and the CUDA side's decoding are generated from. X(T, id, name, block size, block bytes, ...)
  * with T the suffix of PI_TYPE_T and id its ggml_type number, as GGUF files store it; the
  * arguments after the list's own pass through to X, for generators that need their own names.
- * Adding a type: its line here, its block struct below, its cases in kernels/ref.c (the scalar
- * reference), kernels/simd.h or kernels/kquants.h (the SIMD tiers) and cuda/weights.h. */
+ * Adding a type: its line here and its block struct below; for a K-quant, its cases in
+ * kernels/kquants.h (scalar and AVX2) and cuda/weights.h; for another format, its cases in
+ * kernels/ref.c (the scalar reference), kernels/simd.h (the SIMD tiers) and cuda/weights.h. */
 #define PI_TYPES(X, ...)                                            \
     X(F32, 0, "f32", 1, sizeof(float), __VA_ARGS__)                 \
     X(F16, 1, "f16", 1, sizeof(pi_fp16), __VA_ARGS__)               \

@@ -124,7 +124,7 @@ static inline int upload_floats(float **d, const float *host, int n, char *err, 
 static inline int device_reads(const pi_cuda_weight *w) {
     const uint32_t t = w->type;
     if (!pi_dw_reads(t)) return 0;
-    return pi_dw_is_float(t) || w->n_in % (pi_type_is_kquant(t) ? QK_K : QK) == 0;
+    return pi_dw_is_float(t) || w->n_in % pi_type_block_size(t) == 0;
 }
 
 #endif

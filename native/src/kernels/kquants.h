@@ -302,10 +302,9 @@ INLINE void decode_superblock(int type, const uint8_t *b, float *w) {
         w[i] = s.d * (float)s.scale[i / 16] * (float)(q[i] - s.offset) - s.dmin * (float)s.min[i / 16];
 }
 
-INLINE size_t superblock_bytes(int type) { return (size_t)pi_type_get((uint32_t)type)->type_size; }
-
 static void kq_dequant(int type, const void *row, float *y, int n) {
-    for (int s = 0; s < n / QK_K; s++) decode_superblock(type, (const uint8_t *)row + s * superblock_bytes(type), y + s * QK_K);
+    const size_t sbb = pi_type_block_bytes((uint32_t)type);
+    for (int s = 0; s < n / QK_K; s++) decode_superblock(type, (const uint8_t *)row + s * sbb, y + s * QK_K);
 }
 
 /* The activation as llama.cpp's K-quant dot products take it, Q8_K: each 256 values in 8 bits,
@@ -340,7 +339,7 @@ enum { K_TOKENS = 16 }; /* tokens a decoded super-block is dotted with before th
 static void kq_matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x, int nt,
                       float *Y, int y_stride) {
     const int nsb = x.n / QK_K;
-    const size_t sbb = superblock_bytes(type);
+    const size_t sbb = pi_type_block_bytes((uint32_t)type);
     for (int t0 = 0; t0 < nt; t0 += K_TOKENS) {
         const int tn = nt - t0 < K_TOKENS ? nt - t0 : K_TOKENS;
         for (int i = 0; i < nr; i++) {
@@ -360,7 +359,7 @@ static void kq_axpy_rows(int type, const void *W, size_t row_bytes, const int32_
         if (a[j] == 0.0f) continue; /* ReLU zeros: the row is not read */
         const uint8_t *row = pi_matmul_row(W, row_bytes, rows, 0, j);
         for (int s = 0; s < d / QK_K; s++) {
-            decode_superblock(type, row + s * superblock_bytes(type), w);
+            decode_superblock(type, row + s * pi_type_block_bytes((uint32_t)type), w);
             for (int k = 0; k < QK_K; k++) y[s * QK_K + k] += a[j] * w[k];
         }
     }

@@ -85,7 +85,7 @@ static void decode_block(int type, const uint8_t *block, decoded_block *w) {
 
 /* dot(w, x) = d * dx * sum(q * qx) + m * sum(dx * qx); the second sum is x->s. */
 float pi_ref_dot_blocks(int type, const void *row, const block_q8x *x, int b0, int nb) {
-    const int block_bytes = pi_type_get(type)->type_size;
+    const int block_bytes = (int)pi_type_block_bytes((uint32_t)type);
     float sum = 0.0f;
     for (int b = b0; b < nb; b++) {
         decoded_block w;
@@ -114,7 +114,7 @@ float pi_ref_dot_floats(int type, const void *row, const float *x, int i0, int n
 
 static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
                    pi_act x, int nt, float *Y, int y_stride) {
-    const int nb = x.n / QK, blocks = pi_type_get(type)->block_size == QK;
+    const int nb = x.n / QK, blocks = pi_type_block_size((uint32_t)type) == QK;
     for (int i = 0; i < nr; i++) {
         const uint8_t *row = pi_matmul_row(W, row_bytes, idx, r0, i);
         for (int t = 0; t < nt; t++) {
@@ -132,11 +132,11 @@ static void block_floats(int type, const uint8_t *block, float *w) {
 }
 
 void pi_ref_dequant(int type, const void *row, float *y, int n) {
-    if (pi_type_get(type)->block_size == 1) {
+    if (pi_type_block_size((uint32_t)type) == 1) {
         for (int i = 0; i < n; i++) y[i] = load_float(type, row, i);
         return;
     }
-    const int block_bytes = pi_type_get(type)->type_size;
+    const int block_bytes = (int)pi_type_block_bytes((uint32_t)type);
     for (int b = 0; b < n / QK; b++) block_floats(type, (const uint8_t *)row + (size_t)b * block_bytes, y + b * QK);
 }
 
@@ -146,7 +146,8 @@ void pi_ref_axpy_floats(int type, const void *row, float a, float *y, int i0, in
 
 static void axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *rows, const float *a, int n,
                       float *y, int d) {
-    const int blocks = pi_type_get(type)->block_size == QK, block_bytes = pi_type_get(type)->type_size;
+    const int blocks = pi_type_block_size((uint32_t)type) == QK;
+    const int block_bytes = (int)pi_type_block_bytes((uint32_t)type);
     for (int j = 0; j < n; j++) {
         if (a[j] == 0.0f) continue; /* ReLU zeros: the row is not even read */
         const uint8_t *row = pi_matmul_row(W, row_bytes, rows, 0, j);
