@@ -1,5 +1,5 @@
-/* isa_avx2.h - what is the AVX2 tier's own (avx2.c) in the walks of walk.h: the tile shape, the
- * integer dot, the float tile and the axpy block loop.
+/* isa_avx2.h - the AVX2 tier's (avx2.c) own part of the walks in walk.h: the tile shape, the
+ * integer dot, the float tile and the axpy block loop, over simd.h's per-type decoding.
  *
  * Block formats use the pair scheme of simd.h with vpmaddubsw + vpmaddwd as the integer dot;
  * Q8_0 weights stay signed and use the sign trick. A tile is 4 rows x 2 tokens (4 x 1 in

@@ -1,5 +1,5 @@
-/* isa_avx512.h - what is the AVX-512 tier's own (avx512.c) in the walks of walk.h: the tile
- * shape, the integer dot, the float tile and the axpy block loop.
+/* isa_avx512.h - the AVX-512 tier's (avx512.c) own part of the walks in walk.h: the tile shape,
+ * the integer dot, the float tile and the axpy block loop, over simd.h's per-type decoding.
  *
  * Block formats use the pair scheme of simd.h with vpdpbusd as the integer dot. That work is
  * on ymm, not zmm: Zen 4 runs a zmm op as two ymm halves, so zmm buys nothing there, while

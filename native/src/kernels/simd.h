@@ -8,7 +8,7 @@
  * and hi = [a 16-31, b 16-31]: the two halves' products summed per dword lane leave 4 lanes of
  * a and then 4 of b, so a pair's float work is one ymm and needs no shuffle of the sums. The
  * weights are unsigned bytes (an offset the formats already have: Q4_0 stores q + 8, Q5_0
- * q + 16; Q8_0 gets + 128 or stays signed, as the tier chooses), multiplied with the signed
+ * q + 16; Q8_0 gets + 128 or stays signed, as the tier's dot needs), multiplied with the signed
  * activation bytes, and the offset comes back in integers by starting each lane at
  * -offset * sum(x over the lane). Each lane is scaled by d_w * d_x of its block into a float
  * accumulator; lanes are summed once per output.
