@@ -2,29 +2,38 @@
 
     python convert/add_profile.py model.gguf [-o OUT] [--corpus FILE] [--tokens N] [--rank R]
                                   [--max-ppl-increase P] [--sparsity-target S] [--recall R]
-                                  [--down-t-type auto|same|q8_0|f16] [--force]
+                                  [--down-t-type auto|same|q4_0|q5_0|q8_0|f16] [--decide-speedup X]
+                                  [--reuse-profile] [--force]
 
-Steps, each a function below:
+Steps, each a function below, under one progress bar (progress.py):
   1. tokens   calibration text (default: the calibration split of pydoc_data.topics, see
               corpus.py) -> chunks of 256 tokens; the last VAL_SHARE of them are validation
   2. profile  dense native forward passes with the capture hook: FFN inputs and |act| per layer
               (profile.py); active = act != 0 (ReLU family) or in the token's top (1 - s) share
-              by |act| (GLU family, s = the sparsity target)
+              by |act| (GLU family, s = the sparsity target). Saved as <stem>.profile.npz
+              (saved.py); --reuse-profile starts from it instead
   3. train    per layer fc1 -> ReLU -> fc2 in numpy on the training chunks (predictor.py)
   4. choose   per-layer thresholds on the validation chunks for a target weighted recall; each
               candidate (sparsity target, recall) is written as a complete file and its
               validation perplexity measured by the native runtime with sparse=2; the
               sparsest candidate within --max-ppl-increase P% (default 3) of dense wins;
               --sparsity-target S skips the search
-  5. write    the winner is renamed onto the output path (never a half-written file there);
-              then the terminal table, <stem>.profile.json and <stem>.profile.png (report.py)
+  5. down_t   the winner with smaller ffn_down_t types (Q4_0, Q5_0), each measured the same way;
+              the smallest whose cost fits what is left of the budget is kept
+  6. decide   on the winner only, on held-out text: perplexity of the decode path token by token,
+              dense and sparse, and decode speed dense and sparse (decide.py); the file defaults to
+              sparse decode only if it is >= --decide-speedup (1.1) x dense and within P%
+  7. write    the winner with the decision's keys is renamed onto the output path (never a
+              half-written file there); then the terminal table, <stem>.profile.json and
+              <stem>.profile.png (report.py)
 
 Output: every original key and tensor unchanged (same types and bytes), plus per layer
   blk.N.ffn_freq          F32 [n_ff]: share of calibration tokens in which the neuron is active
   blk.N.fc1.weight        ne {n_embd, r}: Q4_0 or Q8_0 when n_embd and r are multiples of 32, else F16
   blk.N.fc2.weight        ne {r, n_ff}: same type as fc1
   blk.N.ffn_down_t.weight ne {n_embd, n_ff}: ffn_down transposed, one row per neuron (write.down_t_type)
-and the powerinfer.* keys of `profile_keys`. The runtime computes neuron i of layer N when
+and the powerinfer.* keys of `profile_keys`, plus powerinfer.sparse_default (BOOL) and
+powerinfer.sparse_decision (STRING), which `Llama(sparse=None)` follows. The runtime computes neuron i of layer N when
 (fc2 @ relu(fc1 @ x))[i] >= powerinfer.layer_thresholds[N] + its threshold shift, x being the
 normed FFN input (what ffn_gate/ffn_up multiply).
 """
@@ -36,7 +45,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -51,7 +60,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 from gguf import GGMLQuantizationType, GGUFValueType  # noqa: E402
 
-from convert import corpus, predictor, report, write  # noqa: E402
+from convert import corpus, decide, predictor, progress, report, saved, write  # noqa: E402
 from convert import profile as prof  # noqa: E402
 from convert.write import ConvertError, NewTensor  # noqa: E402
 
@@ -128,18 +137,15 @@ def _encode_predictor(fc1: np.ndarray, fc2: np.ndarray, qtype) -> tuple[np.ndarr
 
 
 def step_train(p: prof.Profile, target: int, ranks: list[int], *, epochs: int, recall: float,
-               init: list[LayerFit] | None = None, progress: bool = True) -> list[LayerFit]:
+               init: list[LayerFit] | None = None, bar: progress.JobBar | None = None) -> list[LayerFit]:
     """A predictor per layer for label set `target`. fc1/fc2 are stored in the smallest of Q4_0
     and Q8_0 (both row lengths (n_embd, r) multiples of 32) that costs at most 0.01 of predicted sparsity
     at the target recall on validation tokens, else F16; thresholds are later chosen on the
     stored (decoded) weights, so they hold for what the runtime reads. `init`: another label
     set's fits to start from."""
-    from tqdm import tqdm
-
     fits = []
-    bar = tqdm(range(p.n_layer), desc=f"train s={p.targets[target]:.2f}", unit="layer", disable=not progress,
-               leave=False)
-    for layer in bar:
+    tick = (bar or progress.JobBar({}, enabled=False)).stage("train", f"train s={p.targets[target]:.2f}", p.n_layer)
+    for layer in range(p.n_layer):
         t0 = time.perf_counter()
         x = p.ffn_in[layer, :p.n_train].astype(np.float32)
         y, w = p.layer_targets(target, layer, slice(0, p.n_train))
@@ -162,6 +168,7 @@ def step_train(p: prof.Profile, target: int, ranks: list[int], *, epochs: int, r
         qtype, e1, e2, z = chosen
         fits.append(LayerFit(rank=ranks[layer], qtype=qtype, fc1=e1, fc2=e2, val_logits=z,
                              seconds=time.perf_counter() - t0, trained=pred))
+        tick(1)
     return fits
 
 
@@ -204,14 +211,21 @@ class Chooser:
     """Trains (once per label set), thresholds, writes and evaluates candidate settings."""
 
     def __init__(self, args, reader, p: prof.Profile, corpus_name: str, staging: write.Staging, ranks: list[int],
-                 drop_profile: bool, evaluate=None):
+                 drop_profile: bool, evaluate=None, bar: progress.JobBar | None = None):
         self.args, self.reader, self.p, self.corpus_name = args, reader, p, corpus_name
         self.staging, self.ranks, self.drop_profile = staging, ranks, drop_profile
+        self.bar = bar or progress.JobBar({}, enabled=False)
         self.fits: dict[int, list[LayerFit]] = {}
-        self.down_t = [write.down_t(reader, layer, args.down_t_type) for layer in range(p.n_layer)]
+        # ffn_down transposed (float32) and its search type per layer; step_down_t may pick a smaller one
+        self.down_t_float = [write.down_t_float(reader, layer) for layer in range(p.n_layer)]
+        self.search_types = [write.down_t_type(dt, wt.shape[1], args.down_t_type) for wt, dt in self.down_t_float]
+        self.down_t = self.down_t_tensors(self.search_types)
         self.dense_ppl = float(np.exp(p.dense_val_nll))
         self.evaluate = evaluate or self._native_eval
         self.evaluated: list[Candidate] = []
+
+    def down_t_tensors(self, types: list[GGMLQuantizationType]) -> list[NewTensor]:
+        return [write.down_t_tensor(layer, wt, t) for layer, ((wt, _), t) in enumerate(zip(self.down_t_float, types))]
 
     def start_index(self, settings: list[tuple[int, float]], forced_target: float | None) -> int:
         """The first candidate: --sparsity-target (or DEFAULT_TARGET) for GLU models, --recall
@@ -238,18 +252,22 @@ class Chooser:
             near = min(self.fits, key=lambda t: abs(self.p.targets[t] - self.p.targets[target]), default=None)
             epochs = self.args.epochs if near is None else max(1, self.args.epochs // 2)
             self.fits[target] = step_train(self.p, target, self.ranks, epochs=epochs, recall=recall,
-                                           init=self.fits.get(near), progress=not self.args.quiet)
+                                           init=self.fits.get(near), bar=self.bar)
         fits = self.fits[target]
         cand = Candidate(target=target, recall=recall, sparsity_target=self.p.targets[target],
                          quality=thresholds(self.p, fits, target, recall))
         cand.tensors = layer_tensors(self.p, fits, target, self.down_t)
-        cand.path = self.staging.write(write.write_gguf, self.reader, cand.tensors,
-                                       profile_keys(self.p, cand, self.corpus_name), drop_profile=self.drop_profile)
+        cand.path = self.write_file(cand)
         return cand
 
-    def _native_eval(self, cand: Candidate) -> dict:
-        return prof.perplexity(cand.path, self.p.val_chunks, sparse=2, n_threads=self.args.threads,
-                               progress=not self.args.quiet, desc=f"ppl s={cand.sparsity_target:.2f}")
+    def write_file(self, cand: Candidate, extra_keys: dict | None = None) -> Path:
+        keys = {**profile_keys(self.p, cand, self.corpus_name), **(extra_keys or {})}
+        return self.staging.write(write.write_gguf, self.reader, cand.tensors, keys, drop_profile=self.drop_profile)
+
+    def _native_eval(self, cand: Candidate, stage: str = "candidate") -> dict:
+        label = f"ppl s={cand.sparsity_target:.2f}" if stage == "candidate" else f"ppl ffn_down_t {stage}"
+        tick = self.bar.stage("candidate" if stage == "candidate" else "down_t", label, len(self.p.val_chunks))
+        return prof.perplexity(cand.path, self.p.val_chunks, sparse=2, n_threads=self.args.threads, tick=tick)
 
     def run(self, setting: tuple[int, float]) -> Candidate:
         cand = self.candidate(*setting)
@@ -310,12 +328,81 @@ def step_choose(ch: Chooser, max_increase: float | None, forced_target: float | 
     return best
 
 
-# --- 5. write ----------------------------------------------------------------------------
+# --- 5. the type of ffn_down_t ----------------------------------------------------------
 
-def step_write(ch: Chooser, best: Candidate, out: Path) -> None:
-    ch.staging.commit(best.path)
+def step_down_t(ch: Chooser, best: Candidate, max_increase: float | None) -> tuple[Candidate, dict]:
+    """With --down-t-type auto: the winner re-measured (validation ppl, sparse=2, native) with each
+    ffn_down_t type of write.down_t_trials smaller than the search type, smallest first. The first
+    whose cost (its ppl over the winner's with the search type) fits in the budget left by the
+    predictors (the winner's own increase over dense) replaces the winner. Returns the file's
+    candidate and the cost per type tried, {type: {bytes_per_weight, ppl, cost_pct, fits, chosen}}."""
+    search = {t.name for t in ch.search_types}
+    widest = max(ch.search_types, key=write.bytes_per_weight)
+    name = "/".join(sorted(search))
+    own = best.eval["ppl"] if ch.evaluate == ch._native_eval else None
+    costs = {name: {"bytes_per_weight": write.bytes_per_weight(widest), "ppl": own, "cost_pct": 0.0,
+                    "fits": True, "chosen": True}}
+    trials = write.down_t_trials(widest, ch.p.n_embd)
+    if ch.args.down_t_type != "auto" or max_increase is None or not best.eval.get("sparse_ran") or not trials:
+        return best, costs
+    base = own if own is not None else ch._native_eval(best, stage=name)["ppl"]
+    costs[name]["ppl"] = base
+    left = max_increase - 100.0 * (best.eval["ppl"] / ch.dense_ppl - 1.0)
+    for qtype in trials:
+        types = [qtype if write.bytes_per_weight(qtype) < write.bytes_per_weight(t) else t for t in ch.search_types]
+        trial = replace(best, tensors=layer_tensors(ch.p, ch.fits[best.target], best.target, ch.down_t_tensors(types)))
+        trial.path = ch.write_file(trial)
+        ev = ch._native_eval(trial, stage=qtype.name)
+        cost = 100.0 * (ev["ppl"] / base - 1.0)
+        fits = cost <= left
+        costs[qtype.name] = {"bytes_per_weight": write.bytes_per_weight(qtype), "ppl": ev["ppl"], "cost_pct": cost,
+                             "fits": fits, "chosen": fits}
+        log.info("ffn_down_t in %s: validation ppl %.3f, %+.2f%% over %s (budget left %.2f%%)%s", qtype.name,
+                 ev["ppl"], cost, name, left, ": chosen" if fits else "")
+        if fits:
+            costs[name]["chosen"] = False
+            trial.eval = {**best.eval, **ev, "sparse_ran": ev["ffn_rows_share"] < 1.0,
+                          "ppl": best.eval["ppl"] * ev["ppl"] / base}
+            ch.staging.discard(best.path)
+            return trial, costs
+        ch.staging.discard(trial.path)
+    return best, costs
+
+
+# --- 6. decide -------------------------------------------------------------------------
+
+def step_decide(ch: Chooser, cand: Candidate, heldout: list[np.ndarray]) -> dict:
+    """Held-out perplexity of the decode path, dense and sparse, and decode speed (decide.py) of
+    the file to be written; the default it will carry and why."""
+    args = ch.args
+    assumed = args.assume_speedup is not None
+    tick = ch.bar.stage("decide", "held-out decode ppl, decode speed",
+                        2 * len(heldout) + (0 if assumed else 2 * decide.SPEED_REPEATS))
+    dense = decide.decode_perplexity(cand.path, heldout, sparse=0, n_threads=args.threads, tick=tick)
+    sparse = decide.decode_perplexity(cand.path, heldout, sparse=1, n_threads=args.threads, tick=tick)
+    if assumed:
+        speeds = (1.0, float(args.assume_speedup))
+    else:
+        speeds = decide.decode_speeds(cand.path, heldout[0], n_threads=args.threads, tick=tick)
+    m = decide.Measured(dense_ppl=dense["ppl"], sparse_ppl=sparse["ppl"], rows_share=sparse["ffn_rows_share"],
+                        dense_tok_s=speeds[0], sparse_tok_s=speeds[1], speed_assumed=assumed, tokens=dense["tokens"])
+    budget = DEFAULT_MAX_PPL_INCREASE if args.max_ppl_increase is None else args.max_ppl_increase
+    on, reason = decide.decide(m, max_ppl_increase=budget, min_speedup=args.decide_speedup)
+    log.info("decision: %s", reason)
+    return {"sparse_default": on, "reason": reason, **m.as_dict()}
+
+
+# --- 7. write ----------------------------------------------------------------------------
+
+def step_write(ch: Chooser, best: Candidate, out: Path, decision: dict) -> None:
+    """The chosen file again, with the decision's keys, renamed onto the output path."""
+    tick = ch.bar.stage("write", "write", 1)
+    final = ch.write_file(best, decide.decision_keys(decision["sparse_default"], decision["reason"]))
+    ch.staging.discard(best.path)
+    ch.staging.commit(final)
+    tick(1)
     for t in best.tensors:
-        log.info("added %-28s %-5s %s", t.name, t.qtype.name, "x".join(map(str, t.data.shape)))
+        log.debug("added %-28s %-5s %s", t.name, t.qtype.name, "x".join(map(str, t.data.shape)))
     log.info("wrote %s (%.1f MB)", out, out.stat().st_size / 1e6)
 
 
@@ -339,9 +426,21 @@ def parse_args(argv=None):
                     help=f"GLU models: no search, use this target (the candidates are {GLU_TARGETS})")
     ap.add_argument("--recall", type=float, help=f"target weighted recall of the thresholds (default {DEFAULT_RECALL})")
     ap.add_argument("--down-t-type", choices=write.DOWN_T_TYPES, default="auto",
-                    help="type of ffn_down_t: auto (default) = Q8_0 for a 4/5-bit ffn_down, whose same-type "
-                         "requantization costs several %% perplexity, and for a K-quant one, else ffn_down's "
-                         "type; same = always ffn_down's type")
+                    help="type of ffn_down_t: auto (default) = the smallest of Q4_0, Q5_0 and the search type "
+                         "(Q8_0 for a 4/5-bit or K-quant ffn_down, else ffn_down's type) whose measured "
+                         "perplexity cost fits the budget the predictors leave; same = ffn_down's type; or "
+                         "that type")
+    ap.add_argument("--decide-speedup", type=float, default=decide.DEFAULT_MIN_SPEEDUP, metavar="X",
+                    help="the file defaults to sparse decode only if it measures at least X times dense decode "
+                         f"speed here (and within --max-ppl-increase held-out, token by token; default "
+                         f"{decide.DEFAULT_MIN_SPEEDUP})")
+    ap.add_argument("--assume-speedup", type=float, help=argparse.SUPPRESS)  # tests: no timing
+    ap.add_argument("--reuse-profile", action="store_true",
+                    help="re-use <stem>.profile.npz beside the output (written by an earlier conversion of the "
+                         "same model) instead of profiling again")
+    ap.add_argument("--no-save-profile", action="store_true",
+                    help="do not write <stem>.profile.npz (the profile's arrays, ~2 bytes x layers x tokens x "
+                         "(n_embd + n_ff))")
     ap.add_argument("--epochs", type=int, default=4, help="predictor training epochs (default 4)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="native threads")
     ap.add_argument("--force", action="store_true", help="re-profile an input that already has a profile")
@@ -369,6 +468,21 @@ def _load_native(path: Path):
     return model, tokenizer
 
 
+def _profile(args, src: Path, out: Path, model, tokenizer, targets, bar) -> tuple[str, prof.Profile]:
+    """Steps 1 and 2, or the saved profile with --reuse-profile; the profile is saved unless told not to."""
+    npz = report.side_path(out, ".profile.npz")
+    if args.reuse_profile:
+        corpus_name, p = saved.load(npz, src)
+        log.info("re-using the profile %s (%d tokens)", npz, p.n_tokens)
+        return corpus_name, p
+    corpus_name, train_chunks, val_chunks = step_tokens(tokenizer, args.corpus, args.tokens)
+    p = prof.run_profile(model, train_chunks, val_chunks, targets=targets, n_threads=args.threads,
+                         progress=False, tick=bar.stage("profile", "profile", len(train_chunks) + len(val_chunks)))
+    if not args.no_save_profile:
+        saved.save(npz, p, corpus_name, src)
+    return corpus_name, p
+
+
 def convert(args, evaluate=None) -> dict:
     """Run every step; returns the report dict also saved as <stem>.profile.json."""
     t_start = time.perf_counter()
@@ -393,19 +507,29 @@ def convert(args, evaluate=None) -> dict:
              reader.fields["general.architecture"].contents() if "general.architecture" in reader.fields else "?",
              info.n_layer, info.n_embd, info.n_ff, info.ffn_act, ranks[0])
 
-    corpus_name, train_chunks, val_chunks = step_tokens(tokenizer, args.corpus, args.tokens)
-    p = prof.run_profile(model, train_chunks, val_chunks, targets=targets, n_threads=args.threads,
-                         progress=not args.quiet)
-    model.close()
-    t_profile = time.perf_counter() - t_start
-
-    with write.Staging(out) as staging:
-        ch = Chooser(args, reader, p, corpus_name, staging, ranks, drop_profile=bool(markers), evaluate=evaluate)
-        best = step_choose(ch, args.max_ppl_increase, args.sparsity_target)
-        step_write(ch, best, out)
+    bos = tokenizer.bos_id if tokenizer.add_bos and tokenizer.bos_id >= 0 else None
+    heldout = decide.heldout_chunks(lambda b: tokenizer.encode(b, add_bos=False, special=False), bos)
+    plan = {k: v for k, v in progress.PLAN.items() if k != "profile" or not args.reuse_profile}
+    bar = progress.JobBar(plan, enabled=not args.quiet)
+    try:
+        corpus_name, p = _profile(args, src, out, model, tokenizer, targets, bar)
+        model.close()
+        t_profile = time.perf_counter() - t_start
+        with write.Staging(out) as staging:
+            ch = Chooser(args, reader, p, corpus_name, staging, ranks, drop_profile=bool(markers), evaluate=evaluate,
+                         bar=bar)
+            best = step_choose(ch, args.max_ppl_increase, args.sparsity_target)
+            best, down_t_costs = step_down_t(ch, best, args.max_ppl_increase)
+            decision = step_decide(ch, best, heldout)
+            step_write(ch, best, out, decision)
+    finally:
+        bar.close()
     seconds = time.perf_counter() - t_start
     rep = report.build(src=src, out=out, info=info, p=p, ch=ch, best=best, corpus_name=corpus_name,
                        seconds=seconds, profile_seconds=t_profile, args=args)
+    rep["ffn_down_t"] = {"types": sorted({t.qtype.name for t in best.tensors if "ffn_down_t" in t.name}),
+                         "costs": down_t_costs}
+    rep["decision"] = decision
     report.print_table(rep, sys.stdout)
     report.save(rep, out, plot=not args.no_plot)
     log.info("done in %.1f s", seconds)
@@ -422,7 +546,10 @@ def main(argv=None) -> int:
     logging.getLogger("gguf").setLevel(logging.WARNING)  # its writer announces every candidate file
     old = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        convert(args)
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        with logging_redirect_tqdm():  # log lines above the job's bar, not through it
+            convert(args)
     except ConvertError as e:
         log.error("error: %s", e)
         return 2

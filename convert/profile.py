@@ -114,8 +114,9 @@ def chunk_nll(ctx, tokens: np.ndarray) -> tuple[float, int]:
 
 
 def run_profile(model, tokens_train: list[np.ndarray], tokens_val: list[np.ndarray], *,
-                targets: list[float], n_threads: int = 2, progress: bool = True) -> Profile:
-    """Dense forward passes with the capture hook on; `model` is a pypowerinfer NativeModel."""
+                targets: list[float], n_threads: int = 2, progress: bool = True, tick=None) -> Profile:
+    """Dense forward passes with the capture hook on; `model` is a pypowerinfer NativeModel.
+    tick(1) after each chunk, when given, instead of a bar of its own."""
     from pypowerinfer.model import NativeContext
     from tqdm import tqdm
 
@@ -144,7 +145,8 @@ def run_profile(model, tokens_train: list[np.ndarray], tokens_val: list[np.ndarr
     try:
         ctx.set_capture(cap_in, cap_act)
         at = 0
-        for i, toks in enumerate(tqdm(chunks, desc="profile", unit="chunk", disable=not progress, leave=False)):
+        for i, toks in enumerate(tqdm(chunks, desc="profile", unit="chunk", disable=not progress or tick is not None,
+                                      leave=False)):
             n = len(toks)
             if i >= len(tokens_train):  # validation chunk: also its dense log-likelihood
                 s, c = chunk_nll(ctx, toks)
@@ -161,6 +163,8 @@ def run_profile(model, tokens_train: list[np.ndarray], tokens_val: list[np.ndarr
             np.minimum(mag, np.float32(65504), out=mag)
             act_abs[:, at:at + n] = mag
             at += n
+            if tick:
+                tick(1)
         ctx.set_capture(None, None)
     finally:
         ctx.close()
@@ -179,7 +183,7 @@ def run_profile(model, tokens_train: list[np.ndarray], tokens_val: list[np.ndarr
 
 
 def perplexity(path, chunks: list[np.ndarray], *, sparse: int = 0, shift: float = 0.0, n_threads: int = 2,
-               progress: bool = False, desc: str = "perplexity") -> dict:
+               progress: bool = False, desc: str = "perplexity", tick=None) -> dict:
     """Perplexity of `chunks` (each decoded from position 0) through the native runtime, with
     PI_SPARSE_* mode `sparse` and threshold shift `shift`; also the share of FFN rows the
     runtime actually computed (1.0 when it ran dense, e.g. on a file without predictors)."""
@@ -193,9 +197,11 @@ def perplexity(path, chunks: list[np.ndarray], *, sparse: int = 0, shift: float 
     try:
         total, count = 0.0, 0
         t0 = time.perf_counter()
-        for toks in tqdm(chunks, desc=desc, unit="chunk", disable=not progress, leave=False):
+        for toks in tqdm(chunks, desc=desc, unit="chunk", disable=not progress or tick is not None, leave=False):
             s, c = chunk_nll(ctx, toks)
             total, count = total + s, count + c
+            if tick:
+                tick(1)
         seconds = time.perf_counter() - t0
         stats = ctx.stats()
     finally:

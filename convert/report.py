@@ -80,6 +80,20 @@ def print_table(rep: dict, stream) -> None:
         print(f"validation ppl dense {rep['dense_validation_ppl']:.3f}, this setting {ev['ppl']:.3f} "
               f"({ev['ppl_increase_pct']:+.1f}%, {measured}), FFN rows computed {100 * ev['ffn_rows_share']:.1f}%",
               file=stream)
+    costs = rep.get("ffn_down_t", {}).get("costs", {})
+    if costs:
+        print("ffn_down_t type  bytes/weight  validation ppl  cost over the search type", file=stream)
+        for name, c in costs.items():
+            ppl = "-" if c["ppl"] is None else f"{c['ppl']:.3f}"
+            mark = "  <- chosen" if c["chosen"] else ("" if c["fits"] else "  (over the budget)")
+            print(f"{name:>16} {c['bytes_per_weight']:>13.4f} {ppl:>15} {c['cost_pct']:>+9.2f}%{mark}", file=stream)
+    d = rep.get("decision")
+    if d:
+        print(f"held-out decode, token by token ({d['tokens']} tokens): ppl dense {d['dense_ppl']:.3f}, sparse "
+              f"{d['sparse_ppl']:.3f} ({d['ppl_increase_pct']:+.1f}%), {100 * d['rows_share']:.1f}% of FFN rows; "
+              f"decode {d['dense_tok_s']:.1f} -> {d['sparse_tok_s']:.1f} tok/s"
+              + (" (assumed)" if d["speed_assumed"] else ""), file=stream)
+        print(f"decision: {d['reason']}", file=stream)
     print(f"total {rep['seconds']['total']:.1f} s -> {rep['output']}", file=stream)
 
 

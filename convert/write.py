@@ -99,20 +99,27 @@ def _field_value(field) -> tuple[object, GGUFValueType, GGUFValueType | None]:
 # rounding as large as the first. Measured on SmolLM2-135M Q4_1 (held-out ppl, every row kept):
 # ffn_down_t in Q4_1 +7.6%, Q5_1 +6.5%, Q8_0 +0.7% (rows of the rare huge activations amplify it).
 # The K-quants go to Q8_0 too: gguf-py cannot write them, and Q8_0 is half F16's bytes.
+# That rule gives the type the candidates are searched with; the converter then tries the
+# smaller DOWN_T_TRIALS on the winner and keeps the smallest whose measured cost fits the budget.
 LOSSY_REQUANT = {GGMLQuantizationType[n]
                  for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")}
-DOWN_T_TYPES = ("auto", "same", "q8_0", "f16")
+_FORCED = {"q4_0": GGMLQuantizationType.Q4_0, "q5_0": GGMLQuantizationType.Q5_0,
+           "q8_0": GGMLQuantizationType.Q8_0, "f16": GGMLQuantizationType.F16}
+DOWN_T_TYPES = ("auto", "same", *_FORCED)
+# smallest first; K-quants (Q4_K, Q6_K) would belong here where n_embd % 256 == 0, but gguf-py
+# has no numpy quantizer for them
+DOWN_T_TRIALS = (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_0, GGMLQuantizationType.Q8_0)
 
 
 def down_t_type(down_type: GGMLQuantizationType, n_embd: int, choice: str = "auto") -> GGMLQuantizationType:
-    """The type of ffn_down_t, whose rows are n_embd long:
+    """The type of ffn_down_t, whose rows are n_embd long, before any trial:
     auto: Q8_0 for a 4/5-bit or K-quant ffn_down (see LOSSY_REQUANT), else ffn_down's own type;
-    same: ffn_down's type (PowerInfer's and the issue's rule); q8_0, f16: that type.
+    same: ffn_down's type (PowerInfer's and the issue's rule); q4_0, q5_0, q8_0, f16: that type.
     A block type whose block does not divide n_embd, or that gguf-py cannot quantize
     (K-quants), falls back to F16; F32 stays F32."""
     if choice not in DOWN_T_TYPES:
         raise ConvertError(f"--down-t-type must be one of {', '.join(DOWN_T_TYPES)}")
-    qtype = {"q8_0": GGMLQuantizationType.Q8_0, "f16": GGMLQuantizationType.F16}.get(choice, down_type)
+    qtype = _FORCED.get(choice, down_type)
     if choice == "auto" and down_type in LOSSY_REQUANT:
         qtype = GGMLQuantizationType.Q8_0
     if qtype == GGMLQuantizationType.F32:
@@ -122,14 +129,33 @@ def down_t_type(down_type: GGMLQuantizationType, n_embd: int, choice: str = "aut
     return qtype
 
 
-def down_t(reader: GGUFReader, layer: int, choice: str = "auto") -> NewTensor:
-    """blk.N.ffn_down_t.weight: ffn_down (numpy (n_embd, n_ff)) transposed to (n_ff, n_embd),
-    so each neuron's down weights are one row, in the type `down_t_type` picks."""
+def bytes_per_weight(qtype: GGMLQuantizationType) -> float:
+    block, size = GGML_QUANT_SIZES[qtype]
+    return size / block
+
+
+def down_t_trials(search_type: GGMLQuantizationType, n_embd: int) -> list[GGMLQuantizationType]:
+    """The DOWN_T_TRIALS smaller than the search type whose blocks divide n_embd, smallest first."""
+    return [t for t in DOWN_T_TRIALS
+            if n_embd % GGML_QUANT_SIZES[t][0] == 0 and bytes_per_weight(t) < bytes_per_weight(search_type)]
+
+
+def down_t_float(reader: GGUFReader, layer: int) -> tuple[np.ndarray, GGMLQuantizationType]:
+    """ffn_down (numpy (n_embd, n_ff)) transposed to float32 (n_ff, n_embd), and ffn_down's type."""
     down = tensor(reader, f"blk.{layer}.ffn_down.weight")
     w = dequantize(down.data, down.tensor_type).reshape(int(down.shape[1]), int(down.shape[0]))  # (n_embd, n_ff)
-    wt = np.ascontiguousarray(w.T, dtype=np.float32)                                             # (n_ff, n_embd)
-    qtype = down_t_type(GGMLQuantizationType(down.tensor_type), wt.shape[1], choice)
+    return np.ascontiguousarray(w.T, dtype=np.float32), GGMLQuantizationType(down.tensor_type)
+
+
+def down_t_tensor(layer: int, wt: np.ndarray, qtype: GGMLQuantizationType) -> NewTensor:
+    """blk.N.ffn_down_t.weight: one row per neuron, in `qtype`."""
     return NewTensor(f"blk.{layer}.ffn_down_t.weight", encode_weight(wt, qtype), qtype)
+
+
+def down_t(reader: GGUFReader, layer: int, choice: str = "auto") -> NewTensor:
+    """blk.N.ffn_down_t.weight in the type `down_t_type` picks."""
+    wt, down_type = down_t_float(reader, layer)
+    return down_t_tensor(layer, wt, down_t_type(down_type, wt.shape[1], choice))
 
 
 def encode_weight(w: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:

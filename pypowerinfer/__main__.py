@@ -2,7 +2,8 @@
 
     python -m pypowerinfer -m MODEL -p PROMPT -n N -t THREADS
 
-Tokens are printed as they are generated, then prompt and generation speed.
+Tokens are printed as they are generated, then prompt and generation speed, and which FFN mode
+ran and why (the file's measured decision unless --sparse or --no-sparse says otherwise).
 """
 from __future__ import annotations
 
@@ -32,7 +33,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("-s", "--seed", type=int, default=LLAMA_DEFAULT_SEED)
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
-    p.add_argument("--no-sparse", action="store_true", help="dense FFN even when the model has predictors")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--no-sparse", dest="sparse", action="store_false", default=None,
+                      help="dense FFN even when the model has predictors")
+    mode.add_argument("--sparse", dest="sparse", action="store_true", default=None,
+                      help="sparse decode even where the file's converter chose dense")
     p.add_argument("--sparse-shift", type=float, default=0.0,
                    help="added to every predictor threshold: > 0 skips more neurons (faster, less exact)")
     p.add_argument("--vram-budget", default=None,
@@ -52,7 +57,7 @@ def main(argv=None) -> int:
         model = args.model or str(default_model_path())
         llm = Llama(model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=threads,
                     n_threads_batch=args.threads_batch or threads, seed=args.seed, verbose=args.verbose,
-                    sparse=not args.no_sparse, sparse_threshold_shift=args.sparse_shift,
+                    sparse=args.sparse, sparse_threshold_shift=args.sparse_shift,
                     vram_budget=args.vram_budget, hybrid_device=args.hybrid_device, n_gpu_layers=args.n_gpu_layers)
     except (OSError, ValueError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -102,6 +107,7 @@ def main(argv=None) -> int:
         print(f"generation:  {n_gen} tokens in {t_gen * 1e3:.1f} ms "
               f"({n_gen / t_gen if t_gen > 0 else 0:.1f} tokens/s), {threads} threads, kernels "
               f"{llm._ctx.kernels}, {ffn}", file=sys.stderr)
+        print(f"FFN mode:    {llm.sparse_mode}: {llm.sparse_reason}", file=sys.stderr)
     return 0
 
 

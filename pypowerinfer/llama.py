@@ -21,7 +21,7 @@ from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool,
                    tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
-from .model import NativeContext, NativeModel, Sparse
+from .model import NativeContext, NativeModel, sparse_policy
 from .placement import open_context
 from .pooling import check_pooling, pool, pooling_of
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
@@ -63,7 +63,7 @@ class Llama:
         verbose: bool = True,
         kernel_impl: int = 0,
         ffn_act: Optional[str] = None,
-        sparse: Union[bool, str] = True,
+        sparse: Union[bool, str, None] = None,
         sparse_threshold_shift: float = 0.0,
         vram_budget: Union[int, str, None] = None,
         hybrid_device: str = "auto",
@@ -78,8 +78,11 @@ class Llama:
         self._session_thread: Optional[int] = None
         # pypowerinfer's own options: kernel_impl (0 auto, 1 scalar reference, 2 AVX2, 3 AVX-512);
         # ffn_act overrides the architecture's FFN activation (silu_glu, relu_glu, relu_relu_glu);
-        # sparse: with a profiled model, True runs the predicted neurons only for generated tokens,
-        # "all" for prompts too, False always dense; sparse_threshold_shift > 0 is sparser.
+        # sparse: with a profiled model, None (the default) follows the file's decision
+        # (powerinfer.sparse_default, which the converter measured; sparse decode where a file has
+        # no such key), True runs the predicted neurons only for generated tokens, "all" for
+        # prompts too, False always dense; sparse_threshold_shift > 0 is sparser. sparse_mode
+        # ("dense", "decode", "all") and sparse_reason say what runs and why.
         # vram_budget (bytes, "2G", "25%" of the model's bytes, "auto"): the hot/cold split of a
         # profiled model; hybrid_device "auto" (CUDA when a device exists), "cuda", "host" (the
         # stand-in device that runs the split on a host thread), "none".
@@ -93,6 +96,8 @@ class Llama:
         self._n_vocab = self.tokenizer_.n_vocab
         self.chat_format = chat_format
         self._chat_formats = ChatFormats(self.metadata, self.tokenizer_)
+        mode, self.sparse_reason = sparse_policy(sparse, meta, self._model.has_predictors)
+        self.sparse_mode = mode.label
         self.last_n_tokens_size = last_n_tokens_size
         self._seed = seed or LLAMA_DEFAULT_SEED
         self._logits_all = logits_all
@@ -114,7 +119,7 @@ class Llama:
         self.n_batch = max(1, min(n_ctx, n_batch))
         options = dict(n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
                        n_threads_batch=self.n_threads_batch, logits_all=logits_all, kernel_impl=kernel_impl,
-                       sparse=Sparse.from_option(sparse), sparse_threshold_shift=sparse_threshold_shift,
+                       sparse=mode, sparse_threshold_shift=sparse_threshold_shift,
                        embeddings=embedding)
         self._ctx, self.placement = open_context(self._model, options, n_gpu_layers=n_gpu_layers,
                                                  vram_budget=vram_budget, hybrid_device=hybrid_device,

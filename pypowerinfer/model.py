@@ -47,8 +47,39 @@ class Sparse(IntEnum):
         """Llama's sparse=: True or "decode", "all", or False."""
         modes = {False: cls.OFF, True: cls.DECODE, "decode": cls.DECODE, "all": cls.ALL}
         if sparse not in modes:
-            raise ValueError(f"sparse must be True, False, 'decode' or 'all', not {sparse!r}")
+            raise ValueError(f"sparse must be None, True, False, 'decode' or 'all', not {sparse!r}")
         return modes[sparse]
+
+    @property
+    def label(self) -> str:
+        return {Sparse.OFF: "dense", Sparse.DECODE: "decode", Sparse.ALL: "all"}[self]
+
+
+DEFAULT_KEY = "powerinfer.sparse_default"    # BOOL: the converter measured sparse decode to pay here
+DECISION_KEY = "powerinfer.sparse_decision"  # STRING: why
+
+
+def sparse_policy(option: bool | str | None, meta: dict, has_predictors: bool) -> tuple[Sparse, str]:
+    """(mode, reason) of Llama's sparse= for a model: None follows the file's DEFAULT_KEY (sparse
+    decode where it is absent, as for older converted files and PowerInfer's own); True, "decode",
+    "all" and False override it. A model without predictors always runs dense. A decision key of
+    the wrong type is a ValueError naming it."""
+    default, decision = meta.get(DEFAULT_KEY), meta.get(DECISION_KEY)
+    if default is not None and not isinstance(default, bool):
+        raise ValueError(f"metadata key {DEFAULT_KEY} must be a BOOL, not {type(default).__name__} {default!r}")
+    if decision is not None and not isinstance(decision, str):
+        raise ValueError(f"metadata key {DECISION_KEY} must be a STRING, not {type(decision).__name__}")
+    if option is not None:
+        mode = Sparse.from_option(option)
+        reason = f"sparse={option!r} given"
+    elif default is None:
+        mode, reason = Sparse.DECODE, f"the file has no {DEFAULT_KEY} key: sparse decode, the default"
+    else:
+        mode = Sparse.DECODE if default else Sparse.OFF
+        reason = decision or f"{DEFAULT_KEY} = {str(default).lower()}"
+    if not has_predictors:
+        return Sparse.OFF, "the model has no predictors"
+    return mode, reason
 
 
 class KernelImpl(IntEnum):
@@ -186,6 +217,13 @@ class NativeModel:
 
     def describe(self) -> str:
         return ffi.string(lib.pi_model_describe(self.handle)).decode()
+
+    @property
+    def has_predictors(self) -> bool:
+        """Every layer has a predictor (fc1/fc2) and ffn_down_t: the sparse FFN can run."""
+        if self.info is None:
+            return False
+        return self.describe().count(": predictor rank ") == self.info.n_layer
 
     def device_bytes(self) -> int:
         """Bytes of every weight a token reads: what a device holding the whole model needs."""

@@ -1,0 +1,153 @@
+"""The default a converted file carries: does sparse decode pay, on the machine converting it?
+
+Measured on the chosen setting only (every candidate is ranked by its batched validation
+perplexity before this):
+
+    heldout_chunks(tokenizer)      text the converter never calibrated on: the held-out topics of
+                                   pydoc_data.topics (corpus.heldout_entries), HELDOUT_CHUNKS chunks
+                                   of HELDOUT_PREDICTIONS next-token predictions each
+    decode_perplexity(path, ...)   perplexity of the decode path: one decode([t]) at a time, each
+                                   chunk from position 0, the path generation runs
+    decode_speeds(path, ...)       tokens/s of SPEED_STEPS one-token steps after a short prompt,
+                                   dense and sparse through the same native context settings and
+                                   threads, best of SPEED_REPEATS, the two modes interleaved
+    decide(...)                    (sparse by default?, the one-line reason written to the file)
+
+The keys written: powerinfer.sparse_default (BOOL) and powerinfer.sparse_decision (STRING);
+`Llama(sparse=None)` follows them (pypowerinfer/model.py: sparse_policy).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from convert import corpus
+from convert.profile import log_softmax_nll
+
+HELDOUT_CHUNKS = 4
+HELDOUT_PREDICTIONS = 256       # per chunk: 4 x 256 = 1,024 held-out tokens predicted
+SPEED_PROMPT = 8
+SPEED_STEPS = 64
+SPEED_REPEATS = 3
+DEFAULT_MIN_SPEEDUP = 1.1       # sparse must decode at least this much faster than dense
+
+
+@dataclass
+class Measured:
+    """What the decision rests on."""
+    dense_ppl: float            # token by token, sparse off
+    sparse_ppl: float           # token by token, sparse decode on
+    rows_share: float           # share of FFN rows the sparse decode computed
+    dense_tok_s: float
+    sparse_tok_s: float
+    speed_assumed: bool = False  # --assume-speedup: no timing (tests)
+    tokens: int = 0
+
+    @property
+    def ppl_increase_pct(self) -> float:
+        return 100.0 * (self.sparse_ppl / self.dense_ppl - 1.0)
+
+    @property
+    def speedup(self) -> float:
+        return self.sparse_tok_s / self.dense_tok_s if self.dense_tok_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "ppl_increase_pct": self.ppl_increase_pct, "speedup": self.speedup}
+
+
+def heldout_chunks(encode: Callable[[bytes], list[int]], bos: int | None) -> list[np.ndarray]:
+    """HELDOUT_CHUNKS chunks of held-out text, each HELDOUT_PREDICTIONS + 1 tokens (with BOS when
+    the model adds one)."""
+    n_ctx = HELDOUT_PREDICTIONS + 1
+    step = n_ctx - (bos is not None)
+    ids = corpus.token_stream(encode, corpus.heldout_entries(), step * HELDOUT_CHUNKS)
+    chunks = [c for c in corpus.chunk(ids, n_ctx, bos) if len(c) == n_ctx][:HELDOUT_CHUNKS]
+    if len(chunks) < HELDOUT_CHUNKS:
+        raise ValueError(f"the held-out text gives only {len(ids)} tokens")
+    return chunks
+
+
+def _context(path, n_ctx: int, sparse: int, n_threads: int):
+    from pypowerinfer.model import NativeContext, NativeModel
+
+    model = NativeModel(path)
+    ctx = NativeContext(model, n_ctx=n_ctx, n_batch=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                        logits_all=False, sparse=sparse)
+    return model, ctx
+
+
+def decode_perplexity(path, chunks: list[np.ndarray], *, sparse: int, n_threads: int,
+                      tick: Callable[[int], None] | None = None) -> dict:
+    """Perplexity of `chunks` decoded one token per step (PI_SPARSE_* `sparse`: 1 runs every step
+    sparse), and the share of FFN rows the steps computed."""
+    model, ctx = _context(path, max(len(c) for c in chunks), sparse, n_threads)
+    try:
+        total, count = 0.0, 0
+        one = np.zeros(1, np.int32)
+        for toks in chunks:
+            for i in range(len(toks) - 1):
+                one[0] = toks[i]
+                ctx.decode(one, i)
+                total += float(log_softmax_nll(ctx.logits[:1], toks[i + 1:i + 2])[0])
+                count += 1
+            if tick:
+                tick(1)
+        stats = ctx.stats()
+    finally:
+        ctx.close()
+        model.close()
+    rows = stats["ffn_rows_done"] / stats["ffn_rows_dense"] if stats["ffn_rows_dense"] else 1.0
+    return {"ppl": float(np.exp(total / max(count, 1))), "tokens": count, "ffn_rows_share": float(rows)}
+
+
+def decode_speeds(path, tokens: np.ndarray, *, n_threads: int,
+                  tick: Callable[[int], None] | None = None) -> tuple[float, float]:
+    """(dense, sparse) tokens/s of SPEED_STEPS one-token steps after a SPEED_PROMPT-token prompt,
+    the best of SPEED_REPEATS runs each; the tokens are fed, not sampled, so only decode is timed."""
+    need = SPEED_PROMPT + SPEED_STEPS
+    if len(tokens) < need:
+        raise ValueError(f"decode_speeds needs {need} tokens")
+    runs = [_context(path, need, sparse, n_threads) for sparse in (0, 1)]
+    best = [0.0, 0.0]
+    try:
+        for _ in range(SPEED_REPEATS):
+            for k, (_, ctx) in enumerate(runs):
+                ctx.decode(tokens[:SPEED_PROMPT], 0)
+                one = np.zeros(1, np.int32)
+                t0 = time.perf_counter()
+                for i in range(SPEED_PROMPT, need):
+                    one[0] = tokens[i]
+                    ctx.decode(one, i)
+                best[k] = max(best[k], SPEED_STEPS / (time.perf_counter() - t0))
+                if tick:
+                    tick(1)
+    finally:
+        for model, ctx in runs:
+            ctx.close()
+            model.close()
+    return best[0], best[1]
+
+
+def decide(m: Measured, *, max_ppl_increase: float, min_speedup: float = DEFAULT_MIN_SPEEDUP) -> tuple[bool, str]:
+    """Sparse by default only when it decodes at least min_speedup x dense and its token-by-token
+    held-out perplexity is within max_ppl_increase % of dense; the reason in one line."""
+    speed = f"{m.speedup:.2f}x dense decode" + (" (assumed)" if m.speed_assumed else "")
+    ppl = f"{m.ppl_increase_pct:+.1f}% held-out ppl"
+    faster, within = m.speedup >= min_speedup, m.ppl_increase_pct <= max_ppl_increase
+    if faster and within:
+        return True, f"sparse: {speed} at {ppl}, {m.rows_share:.0%} of FFN rows computed"
+    why = ([] if faster else [f"decode under {min_speedup:g}x"]) + \
+          ([] if within else [f"ppl over +{max_ppl_increase:g}%"])
+    return False, (f"sparse would compute {m.rows_share:.0%} of rows at {ppl} ({speed}): dense chosen "
+                   f"({', '.join(why)})")
+
+
+def decision_keys(sparse_default: bool, reason: str) -> dict:
+    """The metadata of the decision, named where the runtime reads them."""
+    from gguf import GGUFValueType
+    from pypowerinfer.model import DECISION_KEY, DEFAULT_KEY
+
+    return {DEFAULT_KEY: (bool(sparse_default), GGUFValueType.BOOL), DECISION_KEY: (reason, GGUFValueType.STRING)}
