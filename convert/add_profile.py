@@ -331,11 +331,13 @@ def step_choose(ch: Chooser, max_increase: float | None, forced_target: float | 
 # --- 5. the type of ffn_down_t ----------------------------------------------------------
 
 def step_down_t(ch: Chooser, best: Candidate, max_increase: float | None) -> tuple[Candidate, dict]:
-    """With --down-t-type auto: the winner re-measured (validation ppl, sparse=2, native) with each
-    ffn_down_t type of write.down_t_trials smaller than the search type, smallest first. The first
-    whose cost (its ppl over the winner's with the search type) fits in the budget left by the
-    predictors (the winner's own increase over dense) replaces the winner. Returns the file's
-    candidate and the cost per type tried, {type: {bytes_per_weight, ppl, cost_pct, fits, chosen}}."""
+    """With --down-t-type auto: the winner re-measured (validation ppl, sparse=2, native) with the
+    ffn_down_t types of write.down_t_trials smaller than the search type, largest first, while
+    their cost (ppl over the winner's with the search type) fits in the budget the predictors
+    leave (the winner's own increase over dense): a smaller type that fits replaces the winner,
+    and the first that does not ends the walk (fewer bits are taken to cost more). Returns the
+    file's candidate and the cost per type tried, {type: {bytes_per_weight, ppl, cost_pct, fits,
+    chosen}}."""
     search = {t.name for t in ch.search_types}
     widest = max(ch.search_types, key=write.bytes_per_weight)
     name = "/".join(sorted(search))
@@ -348,7 +350,8 @@ def step_down_t(ch: Chooser, best: Candidate, max_increase: float | None) -> tup
     base = own if own is not None else ch._native_eval(best, stage=name)["ppl"]
     costs[name]["ppl"] = base
     left = max_increase - 100.0 * (best.eval["ppl"] / ch.dense_ppl - 1.0)
-    for qtype in trials:
+    chosen, chosen_name = best, name
+    for qtype in reversed(trials):
         types = [qtype if write.bytes_per_weight(qtype) < write.bytes_per_weight(t) else t for t in ch.search_types]
         trial = replace(best, tensors=layer_tensors(ch.p, ch.fits[best.target], best.target, ch.down_t_tensors(types)))
         trial.path = ch.write_file(trial)
@@ -356,17 +359,19 @@ def step_down_t(ch: Chooser, best: Candidate, max_increase: float | None) -> tup
         cost = 100.0 * (ev["ppl"] / base - 1.0)
         fits = cost <= left
         costs[qtype.name] = {"bytes_per_weight": write.bytes_per_weight(qtype), "ppl": ev["ppl"], "cost_pct": cost,
-                             "fits": fits, "chosen": fits}
+                             "fits": fits, "chosen": False}
         log.info("ffn_down_t in %s: validation ppl %.3f, %+.2f%% over %s (budget left %.2f%%)%s", qtype.name,
-                 ev["ppl"], cost, name, left, ": chosen" if fits else "")
-        if fits:
-            costs[name]["chosen"] = False
-            trial.eval = {**best.eval, **ev, "sparse_ran": ev["ffn_rows_share"] < 1.0,
-                          "ppl": best.eval["ppl"] * ev["ppl"] / base}
-            ch.staging.discard(best.path)
-            return trial, costs
-        ch.staging.discard(trial.path)
-    return best, costs
+                 ev["ppl"], cost, name, left, "" if fits else ": over the budget")
+        if not fits:
+            ch.staging.discard(trial.path)
+            break
+        trial.eval = {**best.eval, **ev, "sparse_ran": ev["ffn_rows_share"] < 1.0,
+                      "ppl": best.eval["ppl"] * ev["ppl"] / base}
+        ch.staging.discard(chosen.path)
+        chosen, chosen_name = trial, qtype.name
+    costs[name]["chosen"] = False
+    costs[chosen_name]["chosen"] = True
+    return chosen, costs
 
 
 # --- 6. decide -------------------------------------------------------------------------
@@ -375,17 +380,10 @@ def step_decide(ch: Chooser, cand: Candidate, heldout: list[np.ndarray]) -> dict
     """Held-out perplexity of the decode path, dense and sparse, and decode speed (decide.py) of
     the file to be written; the default it will carry and why."""
     args = ch.args
-    assumed = args.assume_speedup is not None
-    tick = ch.bar.stage("decide", "held-out decode ppl, decode speed",
-                        2 * len(heldout) + (0 if assumed else 2 * decide.SPEED_REPEATS))
-    dense = decide.decode_perplexity(cand.path, heldout, sparse=0, n_threads=args.threads, tick=tick)
-    sparse = decide.decode_perplexity(cand.path, heldout, sparse=1, n_threads=args.threads, tick=tick)
-    if assumed:
-        speeds = (1.0, float(args.assume_speedup))
-    else:
-        speeds = decide.decode_speeds(cand.path, heldout[0], n_threads=args.threads, tick=tick)
-    m = decide.Measured(dense_ppl=dense["ppl"], sparse_ppl=sparse["ppl"], rows_share=sparse["ffn_rows_share"],
-                        dense_tok_s=speeds[0], sparse_tok_s=speeds[1], speed_assumed=assumed, tokens=dense["tokens"])
+    tick = ch.bar.stage("decide", "held-out decode ppl and speed", 2 * len(heldout))
+    m = decide.measure(cand.path, heldout, n_threads=args.threads, tick=tick)
+    if args.assume_speedup is not None:
+        m = replace(m, dense_tok_s=1.0, sparse_tok_s=float(args.assume_speedup), speed_assumed=True)
     budget = DEFAULT_MAX_PPL_INCREASE if args.max_ppl_increase is None else args.max_ppl_increase
     on, reason = decide.decide(m, max_ppl_increase=budget, min_speedup=args.decide_speedup)
     log.info("decision: %s", reason)

@@ -6,11 +6,11 @@ perplexity before this):
     heldout_chunks(tokenizer)      text the converter never calibrated on: the held-out topics of
                                    pydoc_data.topics (corpus.heldout_entries), HELDOUT_CHUNKS chunks
                                    of HELDOUT_PREDICTIONS next-token predictions each
-    decode_perplexity(path, ...)   perplexity of the decode path: one decode([t]) at a time, each
-                                   chunk from position 0, the path generation runs
-    decode_speeds(path, ...)       tokens/s of SPEED_STEPS one-token steps after a short prompt,
-                                   dense and sparse through the same native context settings and
-                                   threads, best of SPEED_REPEATS, the two modes interleaved
+    measure(path, chunks, ...)     perplexity of the decode path, dense and sparse: one decode([t])
+                                   at a time, each chunk from position 0, the path generation runs;
+                                   and the decode speed of each: the SPEED_STEPS one-token steps
+                                   after a SPEED_PROMPT-token prompt, best of SPEED_REPEATS chunks,
+                                   the two modes taking turns chunk by chunk
     decide(...)                    (sparse by default?, the one-line reason written to the file)
 
 The keys written: powerinfer.sparse_default (BOOL) and powerinfer.sparse_decision (STRING);
@@ -79,56 +79,51 @@ def _context(path, n_ctx: int, sparse: int, n_threads: int):
     return model, ctx
 
 
-def decode_perplexity(path, chunks: list[np.ndarray], *, sparse: int, n_threads: int,
-                      tick: Callable[[int], None] | None = None) -> dict:
-    """Perplexity of `chunks` decoded one token per step (PI_SPARSE_* `sparse`: 1 runs every step
-    sparse), and the share of FFN rows the steps computed."""
-    model, ctx = _context(path, max(len(c) for c in chunks), sparse, n_threads)
-    try:
-        total, count = 0.0, 0
-        one = np.zeros(1, np.int32)
-        for toks in chunks:
-            for i in range(len(toks) - 1):
-                one[0] = toks[i]
-                ctx.decode(one, i)
-                total += float(log_softmax_nll(ctx.logits[:1], toks[i + 1:i + 2])[0])
-                count += 1
-            if tick:
-                tick(1)
-        stats = ctx.stats()
-    finally:
-        ctx.close()
-        model.close()
-    rows = stats["ffn_rows_done"] / stats["ffn_rows_dense"] if stats["ffn_rows_dense"] else 1.0
-    return {"ppl": float(np.exp(total / max(count, 1))), "tokens": count, "ffn_rows_share": float(rows)}
+def _decode_chunk(ctx, toks: np.ndarray, timed: range) -> tuple[float, float]:
+    """Decode `toks` one token per step from position 0; (sum of next-token NLLs, seconds the
+    steps at the positions in `timed` took, the decode calls only)."""
+    one = np.zeros(1, np.int32)
+    nll, seconds = 0.0, 0.0
+    for i in range(len(toks) - 1):
+        one[0] = toks[i]
+        t0 = time.perf_counter()
+        ctx.decode(one, i)
+        if i in timed:
+            seconds += time.perf_counter() - t0
+        nll += float(log_softmax_nll(ctx.logits[:1], toks[i + 1:i + 2])[0])
+    return nll, seconds
 
 
-def decode_speeds(path, tokens: np.ndarray, *, n_threads: int,
-                  tick: Callable[[int], None] | None = None) -> tuple[float, float]:
-    """(dense, sparse) tokens/s of SPEED_STEPS one-token steps after a SPEED_PROMPT-token prompt,
-    the best of SPEED_REPEATS runs each; the tokens are fed, not sampled, so only decode is timed."""
-    need = SPEED_PROMPT + SPEED_STEPS
-    if len(tokens) < need:
-        raise ValueError(f"decode_speeds needs {need} tokens")
-    runs = [_context(path, need, sparse, n_threads) for sparse in (0, 1)]
-    best = [0.0, 0.0]
+def measure(path, chunks: list[np.ndarray], *, n_threads: int,
+            tick: Callable[[int], None] | None = None) -> Measured:
+    """Token-by-token perplexity of `chunks`, dense (sparse off) and sparse (sparse decode), from
+    two contexts of the same file, threads and size, taking turns chunk by chunk; the decode
+    speed of each is the best of its first SPEED_REPEATS chunks' SPEED_STEPS steps after the
+    first SPEED_PROMPT tokens (the tokens are fed, not sampled, so only decode is timed)."""
+    if len(chunks) < SPEED_REPEATS or len(chunks[0]) <= SPEED_PROMPT + SPEED_STEPS:
+        raise ValueError(f"measure needs {SPEED_REPEATS} chunks of over {SPEED_PROMPT + SPEED_STEPS} tokens")
+    runs = [_context(path, max(len(c) for c in chunks), sparse, n_threads) for sparse in (0, 1)]
+    timed = range(SPEED_PROMPT, SPEED_PROMPT + SPEED_STEPS)
+    nll, best, count = [0.0, 0.0], [np.inf, np.inf], 0
     try:
-        for _ in range(SPEED_REPEATS):
+        for j, toks in enumerate(chunks):
             for k, (_, ctx) in enumerate(runs):
-                ctx.decode(tokens[:SPEED_PROMPT], 0)
-                one = np.zeros(1, np.int32)
-                t0 = time.perf_counter()
-                for i in range(SPEED_PROMPT, need):
-                    one[0] = tokens[i]
-                    ctx.decode(one, i)
-                best[k] = max(best[k], SPEED_STEPS / (time.perf_counter() - t0))
+                s, seconds = _decode_chunk(ctx, toks, timed if j < SPEED_REPEATS else range(0))
+                nll[k] += s
+                if j < SPEED_REPEATS:
+                    best[k] = min(best[k], seconds)
                 if tick:
                     tick(1)
+            count += len(toks) - 1
+        stats = runs[1][1].stats()
     finally:
         for model, ctx in runs:
             ctx.close()
             model.close()
-    return best[0], best[1]
+    rows = stats["ffn_rows_done"] / stats["ffn_rows_dense"] if stats["ffn_rows_dense"] else 1.0
+    return Measured(dense_ppl=float(np.exp(nll[0] / count)), sparse_ppl=float(np.exp(nll[1] / count)),
+                    rows_share=float(rows), dense_tok_s=SPEED_STEPS / best[0], sparse_tok_s=SPEED_STEPS / best[1],
+                    tokens=count)
 
 
 def decide(m: Measured, *, max_ppl_increase: float, min_speedup: float = DEFAULT_MIN_SPEEDUP) -> tuple[bool, str]:

@@ -193,7 +193,7 @@ def test_reuse_profile_refuses_another_models_profile(tmp_path, swiglu_loses, ca
 
 def test_down_t_takes_the_smallest_type_that_fits(tmp_path, monkeypatch):
     """Validation costs by ffn_down_t type are injected: Q4_0 +4%, Q5_0 +1%, on top of the
-    winner's +1.5% (the search type, Q8_0, costing nothing): with a 3% budget Q5_0 fits."""
+    winner's +1.5% (the search type, Q8_0, costing nothing): with a 3% budget Q5_0 fits, Q4_0 not."""
     src = write_llama_gguf(tmp_path / "m.gguf", n_ff=96)
     cost = {"Q8_0": 0.0, "Q5_0": 1.0, "Q4_0": 4.0}
 
@@ -213,7 +213,7 @@ def test_down_t_takes_the_smallest_type_that_fits(tmp_path, monkeypatch):
     monkeypatch.setattr(add_profile.Chooser, "__init__", init)
     rep = convert(src, tmp_path / "m.powerinfer.gguf", "--sparsity-target", "0.5", "--assume-speedup", "1.0")
     costs = rep["ffn_down_t"]["costs"]
-    assert list(costs) == ["Q8_0", "Q4_0", "Q5_0"]  # the search type, then smallest first until one fits
+    assert list(costs) == ["Q8_0", "Q5_0", "Q4_0"]  # the search type, then smaller while they fit
     assert costs["Q4_0"]["cost_pct"] == pytest.approx(4.0) and not costs["Q4_0"]["fits"]
     assert costs["Q5_0"]["chosen"] and not costs["Q8_0"]["chosen"]
     assert rep["ffn_down_t"]["types"] == ["Q5_0"]
@@ -227,7 +227,8 @@ def test_down_t_type_forced_and_lossless_input(tmp_path):
     src = write_llama_gguf(tmp_path / "f.gguf", n_ff=96, weight_type="F32")
     rep = convert(src, tmp_path / "f.powerinfer.gguf", "--sparsity-target", "0.5", "--max-ppl-increase", "1000",
                   "--assume-speedup", "1.0")
-    assert list(rep["ffn_down_t"]["costs"]) == ["F32", "Q4_0"] and rep["ffn_down_t"]["types"] == ["Q4_0"]
+    assert list(rep["ffn_down_t"]["costs"]) == ["F32", "Q8_0", "Q5_0", "Q4_0"]
+    assert rep["ffn_down_t"]["types"] == ["Q4_0"] and rep["ffn_down_t"]["costs"]["Q4_0"]["chosen"]
     rep = convert(src, tmp_path / "g.powerinfer.gguf", "--sparsity-target", "0.5", "--down-t-type", "q5_0",
                   "--assume-speedup", "1.0")
     assert rep["ffn_down_t"]["types"] == ["Q5_0"] and list(rep["ffn_down_t"]["costs"]) == ["Q5_0"]
