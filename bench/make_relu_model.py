@@ -1,8 +1,10 @@
 """A synthetic ReLU-sparse model for the sparse-runtime benchmarks.
 
-    python bench/make_relu_model.py [-o bench/models/relu-smollm2-shape-q4_0.gguf] [--shape smollm2|1b]
+    python bench/make_relu_model.py [-o OUT] [--shape smollm2|1b] [--n-vocab N] [--n-embd N] [--n-ff N]
+                                    [--n-layer N] [--n-head N] [--n-head-kv N] [--type Q4_0] [--fire F] [--seed S]
 
-Architecture `bamboo` (PowerInfer's dReLU: relu(gate) * relu(up)) with random Q4_0 weights.
+Architecture `bamboo` (PowerInfer's dReLU: relu(gate) * relu(up)) with random weights of --type
+(default Q4_0). --shape picks a preset; each dimension option overrides it.
 Natural sparsity comes from per-neuron gate biases: neuron i fires with a probability p_i that
 falls off with its rank like a power law (a few hot neurons fire often, most rarely), scaled so
 the mean is --fire (default 0.20). relu(up) then zeroes about half of those again, so about 10%
@@ -49,20 +51,28 @@ def gate_biases(gate: np.ndarray, p: np.ndarray) -> np.ndarray:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--output")
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="smollm2")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="smollm2", help="the preset dimensions")
+    for dim in SHAPES["smollm2"]:
+        ap.add_argument("--" + dim.replace("_", "-"), type=int, dest=dim, help=f"{dim} (default: the shape's)")
+    ap.add_argument("--type", default="Q4_0", help="weight type of the matrices (a gguf type name; output Q8_0)")
     ap.add_argument("--fire", type=float, default=0.20, help="mean share of neurons whose relu(gate) fires")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
-    out = Path(args.output or HERE / "models" / f"relu-{args.shape}-q4_0.gguf")
+    dims = {dim: getattr(args, dim) or value for dim, value in SHAPES[args.shape].items()}
+    if dims["n_head"] % dims["n_head_kv"] or dims["n_embd"] % dims["n_head"]:
+        ap.error(f"n_head {dims['n_head']} must be a multiple of n_head_kv {dims['n_head_kv']} and divide "
+                 f"n_embd {dims['n_embd']}")
+    preset = all(dims[k] == v for k, v in SHAPES[args.shape].items())
+    name = args.shape if preset else "e{n_embd}-ff{n_ff}-l{n_layer}".format(**dims)
+    out = Path(args.output or HERE / "models" / f"relu-{name}-{args.type.lower()}.gguf")
     if out.exists() and not args.force:
         print(f"{out} exists (use --force to rebuild)")
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)
-    dims = SHAPES[args.shape]
     plain = out.with_suffix(".plain.tmp")
-    write_llama_gguf(plain, **dims, n_ctx_train=2048, weight_type="Q4_0", output_type="Q8_0", arch="bamboo",
-                     seed=args.seed)
+    write_llama_gguf(plain, **dims, n_ctx_train=2048, weight_type=args.type.upper(), output_type="Q8_0",
+                     arch="bamboo", seed=args.seed)
     rng = np.random.default_rng(args.seed)
     tensors = {t.name: t for t in GGUFReader(plain).tensors}
     biases = {}

@@ -61,12 +61,13 @@ def decode_speed(path: str, tokens: np.ndarray, *, sparse: int, shift: float = 0
         for i in range(PROMPT, len(tokens)):
             ctx.decode(tokens[i:i + 1], i)
         seconds = time.perf_counter() - t0
-        stats = ctx.stats()
+        stats = ctx.sparse_stats()
     finally:
         ctx.close()
         model.close()
     n = len(tokens) - PROMPT
-    return {"decode_tok_s": n / seconds, "decode_rows_share": stats["ffn_rows_done"] / max(stats["ffn_rows_dense"], 1)}
+    return {"decode_tok_s": n / seconds, "decode_rows_share": stats["ffn_rows_done"] / max(stats["ffn_rows_dense"], 1),
+            "bytes_per_token": stats["bytes_per_token"], "bytes_per_token_dense": stats["bytes_per_token_dense"]}
 
 
 def main(argv=None) -> int:

@@ -221,6 +221,12 @@ class Llama:
 
     def reset(self) -> None:
         self.n_tokens = 0
+        if self._ctx is not None:
+            self._ctx.reset_stats()
+
+    def sparse_stats(self) -> Dict[str, float]:
+        """What the sparse FFN saved, per generated token since the last reset (NativeContext.sparse_stats)."""
+        return self._require_ctx().sparse_stats()
 
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate tokens after the n_tokens already in the context."""

@@ -332,6 +332,22 @@ class NativeContext:
         out = self._stats()
         return {"tokens": out.tokens, "ffn_rows_dense": out.ffn_rows_dense, "ffn_rows_done": out.ffn_rows_done}
 
+    def sparse_stats(self) -> dict[str, float]:
+        """Per generated token (the one-token steps since the last reset; prompts do not count):
+        FFN rows a dense token computes and the rows computed, the weight bytes a dense token reads
+        and the bytes read, and their ratio, the byte ceiling of the sparse FFN's speed-up."""
+        out = self._stats()
+        steps = out.decode_steps
+
+        def per_token(total: int) -> float:
+            return total / steps if steps else 0.0
+
+        read = per_token(out.decode_weight_bytes)
+        return {"tokens": steps, "ffn_rows_dense": per_token(out.decode_ffn_rows_dense),
+                "ffn_rows_done": per_token(out.decode_ffn_rows_done),
+                "bytes_per_token_dense": float(out.dense_token_bytes), "bytes_per_token": read,
+                "ceiling": out.dense_token_bytes / read if read else 0.0}
+
     def device_traffic(self) -> dict[str, int]:
         """Transfers between the host and the device, and the host's waits for it, since the last reset."""
         out = self._stats()

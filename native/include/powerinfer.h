@@ -161,6 +161,14 @@ typedef struct {
     int64_t ffn_rows_done;   /* FFN neurons actually computed */
     int64_t device_copies;   /* transfers between the host and the device (the stream, a normed input, a sum) */
     int64_t device_syncs;    /* times the host waited for the device */
+    /* The one-token steps among them (generation; prompts excluded), and the weight bytes they
+     * read: embedding rows, attention, output, predictors and the FFN rows computed (a down row
+     * only where its activation is not zero: the kernels skip those). Norms, biases and the KV
+     * cache are left out. dense_token_bytes: what one dense token reads, a constant of the model. */
+    int64_t decode_steps;
+    int64_t decode_ffn_rows_dense, decode_ffn_rows_done;
+    int64_t decode_weight_bytes;
+    int64_t dense_token_bytes;
 } pi_stats;
 PI_API int pi_context_get_stats(const pi_context *ctx, pi_stats *out);
 PI_API void pi_context_reset_stats(pi_context *ctx);

@@ -50,7 +50,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
 static double total_bytes(const buffer_sizes *s) {
     double floats = s->kv /* two f16 caches */ + s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
                     2.0 * s->out_x + s->logits + s->rank +
-                    s->per_thread + 3.0 * s->ff + s->runs + s->run_acc + s->embd;
+                    s->per_thread + 3.0 * s->ff + 2.0 * s->runs + s->run_acc + s->embd;
     const double k_blocks = (double)s->xk + s->out_k + s->rank_k;
     return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x) + k_blocks * sizeof(block_q8k);
 }
@@ -97,12 +97,13 @@ int pi_context_alloc(pi_context *c) {
     c->active_rows = malloc(s.ff * sizeof(int32_t));
     c->run_acc = malloc(s.run_acc * sizeof(float));
     c->run_rows = calloc(s.runs, sizeof(int32_t));
+    c->run_down = calloc(s.runs, sizeof(int32_t));
     c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
     c->down_acc = malloc(s.per_thread * sizeof(float));
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
         (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
-        !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->down_acc ||
+        !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_down || !c->down_acc ||
         (s.embd && !c->embd)) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", c->n_ctx, need / 1048576.0);
     }
@@ -123,5 +124,5 @@ void pi_context_release(pi_context *c) {
     free(c->out_x); free(c->delta); free(c->out_q.q); free(c->out_q.k); free(c->logits);
     free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
     free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
-    free(c->run_rows); free(c->down_acc); free(c->embd);
+    free(c->run_rows); free(c->run_down); free(c->down_acc); free(c->embd);
 }

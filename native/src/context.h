@@ -51,6 +51,7 @@ struct pi_context {
     int32_t *active_rows; /* [n_ff]        their weight rows on the side that computes the run */
     float *run_acc;     /* [n_runs][n_embd] each run's sum of down rows */
     int32_t *run_rows;  /* [n_runs]        neurons each run computed */
+    int32_t *run_down;  /* [n_runs]        of them, those whose activation is not zero (down rows read) */
     float *down_acc;    /* [n_threads][n_embd] per-thread partial sums of a transposed dense down */
 
     /* the hot/cold split of vram_budget: runs [0, hot_runs[layer]) of each layer are its hot
@@ -69,6 +70,7 @@ struct pi_context {
     float *capture_ffn_in, *capture_act;
     int32_t capture_max, capture_base; /* capture_base: first position of the current pi_decode */
     pi_stats stats;
+    int64_t step_bytes;         /* weight bytes read by the current pi_forward step */
 };
 
 enum { PI_LOGITS_NONE = 0, PI_LOGITS_LAST = 1, PI_LOGITS_ALL = 2 };

@@ -8,6 +8,7 @@
 #include "device/place.h"
 #include "forward.h"
 #include "status.h"
+#include "token_bytes.h"
 
 PI_API pi_context_params pi_context_default_params(void) {
     pi_context_params p = { .n_ctx = 512, .n_batch = 512, .n_threads = 0, .n_threads_batch = 0,
@@ -109,6 +110,7 @@ PI_API int pi_context_set_capture(pi_context *c, float *ffn_in, float *act, int3
 PI_API int pi_context_get_stats(const pi_context *c, pi_stats *out) {
     if (!c || !out) return pi_set_error(PI_ERR_ARG, "pi_context_get_stats: NULL argument");
     *out = c->stats;
+    out->dense_token_bytes = (int64_t)pi_dense_token_bytes(c->model);
     return PI_OK;
 }
 

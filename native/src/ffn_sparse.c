@@ -9,6 +9,7 @@
 #include "ffn_sparse.h"
 #include "ops.h"
 #include "placement.h"
+#include "token_bytes.h"
 #include "status.h"
 
 /* the weight row of position p */
@@ -58,6 +59,7 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
             rows[n++] = row_of(w, p0 + i);
         }
     c->run_rows[r] = n;
+    c->run_down[r] = 0;
     if (n == 0) return 0;
     prefetch_rows(&w->gate, rows, n);
     prefetch_rows(&w->up, rows, n);
@@ -75,6 +77,9 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
     memset(acc, 0, (size_t)d * sizeof(float));
     /* the kernel skips ReLU zeros without reading their rows */
     k->axpy_rows[w->down_t.type](w->down_t.data, w->down_t.row_bytes, rows, g, n, acc, d);
+    int read = 0;
+    for (int j = 0; j < n; j++) read += g[j] != 0.0f;
+    c->run_down[r] = read;
     return n;
 }
 
@@ -105,7 +110,8 @@ void pi_ffn_fold_hot(pi_context *c, int hot_runs) {
         if (!c->run_rows[r]) continue;
         c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, sum, d);
         c->run_rows[0] += c->run_rows[r];
-        c->run_rows[r] = 0;
+        c->run_down[0] += c->run_down[r];
+        c->run_rows[r] = c->run_down[r] = 0;
     }
 }
 
@@ -124,6 +130,13 @@ static ffn_job job_for(pi_context *c, int layer, pi_act x) {
     return job;
 }
 
+/* run r's neurons and the bytes their rows took: gate and up for each, down where it is read */
+static void count_run(pi_context *c, const pi_layer *L, int r) {
+    c->stats.ffn_rows_done += c->run_rows[r];
+    c->step_bytes += (int64_t)c->run_rows[r] * (int64_t)(L->ffn_gate.row_bytes + L->ffn_up.row_bytes) +
+                     (int64_t)c->run_down[r] * (int64_t)L->ffn_down_t.row_bytes;
+}
+
 /* The CPU's runs, and their slots added in run order into cold (zeros without neurons): the same
  * sum wherever each run was computed. Without a device the CPU computed the hot runs too, and
  * they are folded into slot 0 as a device hands them back. */
@@ -137,18 +150,19 @@ static void cpu_runs(pi_context *c, ffn_job *job, float *cold) {
     for (int r = first_cold; r < job->n_runs; r++)
         if (c->run_rows[r]) {
             c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, cold, d);
-            c->stats.ffn_rows_done += c->run_rows[r];
+            count_run(c, job->L, r);
         }
 }
 
 void pi_ffn_merge_hot(pi_context *c, const ffn_job *job, float *y) {
     if (job->hot_runs <= 0 || !c->run_rows[0]) return;
     c->vec.axpy(1.0f, c->run_acc, y, c->model->info.n_embd);
-    c->stats.ffn_rows_done += c->run_rows[0];
+    count_run(c, job->L, 0);
 }
 
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
     ffn_job job = job_for(c, layer, x);
+    c->step_bytes += (int64_t)pi_predictor_bytes(job.L);
     float *y = c->delta + (size_t)t * c->model->info.n_embd;
     pi_device *dev = job.hot_runs > 0 ? split_device(c) : NULL; /* no hot runs: the device has no part */
     int rc = dev ? dev->ops->split_start(dev, &job, 0) : PI_OK;
@@ -167,6 +181,7 @@ int pi_ffn_sparse_resident(pi_context *c, int layer, int n) {
         int rc = dev->ops->split_norm(dev, layer, t, xn);
         if (rc) return rc;
         ffn_job job = job_for(c, layer, pi_quantize(&c->kern, xn, c->xq, 1, d));
+        c->step_bytes += (int64_t)pi_predictor_bytes(job.L);
         if ((rc = dev->ops->split_start(dev, &job, 1))) return rc;
         cpu_runs(c, &job, cold);
         if ((rc = dev->ops->split_end(dev, &job, t, cold))) return rc;

@@ -10,6 +10,7 @@
 #include "forward.h"
 #include "ops.h"
 #include "status.h"
+#include "token_bytes.h"
 
 /* copy n rows of `dim` floats into layer `il` of a capture buffer, at the step's token offset */
 static void capture(const pi_context *c, float *buf, const float *rows, int il, int n, int dim) {
@@ -44,6 +45,7 @@ static void ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a)
             pi_down_by_rows(c, &L->ffn_down_t, c->gate + (size_t)t * n_ff, n_ff, c->delta + (size_t)t * d);
     }
     c->stats.ffn_rows_done += (int64_t)n * n_ff;
+    c->step_bytes += (int64_t)n * (int64_t)pi_dense_ffn_bytes(L);
 }
 
 /* the predictors pick this step's neurons: sparse on, a layer with predictors, no capture */
@@ -161,6 +163,7 @@ static void final_softcap(pi_context *c, int n, int pos0, int logits_mode) {
 /* ---- where each step runs (router.h moves the stream to it) ---- */
 
 static int attention_step(pi_context *c, int il, int n, int pos0) {
+    c->step_bytes += (int64_t)n * (int64_t)pi_attention_bytes(&c->model->layers[il]);
     if (c->on_device && c->on_device[il].attention) return pi_device_attention(c, il, n, pos0);
     const int rc = pi_x_to_host(c, n);
     return rc ? rc : pi_attention_block(c, il, n, pos0);
@@ -176,6 +179,7 @@ static int ffn_step(pi_context *c, int il, int n) {
 }
 
 static int logits_step(pi_context *c, int n, int pos0, int logits_mode) {
+    c->step_bytes += (int64_t)(logits_mode == PI_LOGITS_ALL ? n : 1) * (int64_t)pi_weight_bytes(&c->model->output);
     if (c->logits_on_device) return pi_device_logits(c, n, pos0, logits_mode);
     const int rc = pi_x_to_host(c, n);
     return rc ? rc : pi_logits_block(c, n, pos0, logits_mode);
@@ -194,6 +198,8 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         c->kern.dequant[m->token_embd.type](m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes,
                                             c->x + (size_t)t * d, d);
     c->x_on_device = 0;
+    c->step_bytes = (int64_t)n * (int64_t)m->token_embd.row_bytes;
+    const int64_t rows_before = c->stats.ffn_rows_done;
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
     if (m->position_embd.data) add_positions(c, pos0, n);
@@ -215,5 +221,11 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     c->n_past = pos0 + n;
     c->stats.tokens += n;
     c->stats.ffn_rows_dense += (int64_t)n * n_ff * h->n_layer;
+    if (n == 1) { /* a generated token: what the sparse ceiling is measured on */
+        c->stats.decode_steps++;
+        c->stats.decode_ffn_rows_dense += (int64_t)n_ff * h->n_layer;
+        c->stats.decode_ffn_rows_done += c->stats.ffn_rows_done - rows_before;
+        c->stats.decode_weight_bytes += c->step_bytes;
+    }
     return PI_OK;
 }

@@ -258,6 +258,26 @@ static int read_thresholds(pi_model *m) {
     return PI_OK;
 }
 
+/* Predictors on every layer, each with its ffn_down_t, or on none: a file with some layers'
+ * predictors missing is damaged, and would otherwise run dense without a word. */
+static int check_predictors(pi_model *m) {
+    int first = -1;
+    for (int il = 0; il < m->info.n_layer && first < 0; il++)
+        if (m->layers[il].fc1.data) first = il;
+    m->has_predictors = first >= 0;
+    for (int il = 0; first >= 0 && il < m->info.n_layer; il++) {
+        const pi_layer *L = &m->layers[il];
+        if (!L->fc1.data)
+            return pi_set_error(PI_ERR_FORMAT, "tensor 'blk.%d.fc1.weight' is missing: layer %d has a predictor, layer "
+                                               "%d none", il, first, il);
+        if (!L->ffn_down_t.data)
+            return pi_set_error(PI_ERR_FORMAT, "tensor 'blk.%d.ffn_down_t.weight' is missing: the predictor of layer %d "
+                                               "needs it", il, il);
+        if (L->fc1.n_out > m->max_rank) m->max_rank = (int32_t)L->fc1.n_out;
+    }
+    return PI_OK;
+}
+
 /* Rows [row0, row0 + n) of a bound weight as a weight of its own: a view, no copy. */
 static void view_rows(pi_weight *part, const pi_weight *whole, const char *what, int64_t row0, int64_t n) {
     *part = *whole;
@@ -468,12 +488,7 @@ static int bind_tensors(pi_model *m) {
         L->rope_local = gemma && L->local;
 #undef NAME
     }
-    m->has_predictors = 1;
-    for (int il = 0; il < h->n_layer; il++) {
-        const pi_layer *L = &m->layers[il];
-        if (!L->fc1.data || !L->ffn_down_t.data) m->has_predictors = 0;
-        if (L->fc1.n_out > m->max_rank) m->max_rank = (int32_t)L->fc1.n_out;
-    }
+    if ((rc = check_predictors(m))) return rc;
     if ((rc = read_thresholds(m))) return rc;
     return order_neurons(m);
 }

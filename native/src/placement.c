@@ -5,20 +5,13 @@
 
 #include "placement.h"
 #include "status.h"
-
-static uint64_t weight_bytes(const pi_weight *w) { return w->data ? (uint64_t)w->row_bytes * (uint64_t)w->n_out : 0; }
-
-uint64_t pi_neuron_bytes(const pi_layer *L) {
-    return (uint64_t)L->ffn_gate.row_bytes + L->ffn_up.row_bytes + L->ffn_down_t.row_bytes;
-}
+#include "token_bytes.h"
 
 /* what every token reads in a layer besides the FFN that the device can hold: attention and the
  * predictor; a parallel block's attention (falcon) stays on the CPU, its step holding the FFN
  * the split runs (device/place.c), so only its predictor takes budget */
 static uint64_t layer_fixed_bytes(const pi_model *m, const pi_layer *L) {
-    const uint64_t attention = weight_bytes(&L->attn_q) + weight_bytes(&L->attn_k) + weight_bytes(&L->attn_v) +
-                               weight_bytes(&L->attn_output);
-    return (m->parallel ? 0 : attention) + weight_bytes(&L->fc1) + weight_bytes(&L->fc2);
+    return (m->parallel ? 0 : pi_attention_bytes(L)) + pi_predictor_bytes(L);
 }
 
 /* a run of neurons that could go to the device */
@@ -41,7 +34,7 @@ void pi_plan_placement(const pi_model *m, uint64_t budget, pi_layer_placement *p
     memset(totals, 0, sizeof *totals);
     totals->budget = budget;
     uint64_t left = budget;
-    const uint64_t output = weight_bytes(&m->output);
+    const uint64_t output = pi_weight_bytes(&m->output);
     if (output <= left) {
         left -= output;
         totals->fixed_bytes += output;
@@ -103,12 +96,12 @@ PI_API int pi_model_plan(const pi_model *m, uint64_t budget, pi_layer_placement 
 
 PI_API uint64_t pi_model_device_bytes(const pi_model *m) {
     if (!m || m->vocab_only) return 0;
-    uint64_t total = weight_bytes(&m->output);
+    uint64_t total = pi_weight_bytes(&m->output);
     for (int il = 0; il < m->info.n_layer; il++) {
         const pi_layer *L = &m->layers[il];
         total += layer_fixed_bytes(m, L);
         total += L->ffn_down_t.data ? pi_neuron_bytes(L) * (uint64_t)m->info.n_ff
-                                    : weight_bytes(&L->ffn_gate) + weight_bytes(&L->ffn_up) + weight_bytes(&L->ffn_down);
+                                    : pi_weight_bytes(&L->ffn_gate) + pi_weight_bytes(&L->ffn_up) + pi_weight_bytes(&L->ffn_down);
     }
     return total;
 }

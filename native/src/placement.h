@@ -9,9 +9,6 @@
  * same however the layer is split between the device and the CPU. */
 enum { PI_FFN_RUN = 128 };
 
-/* Bytes of one neuron's rows that the sparse FFN reads: gate, up and ffn_down_t. */
-uint64_t pi_neuron_bytes(const pi_layer *L);
-
 /* The plan for a budget of device bytes (the structs are powerinfer.h's, as pi_model_plan returns
  * them): what every token reads first while it fits (the output matrix, then per layer attention,
  * but a parallel block's, and the predictor), then runs of neurons of every layer, most profiled

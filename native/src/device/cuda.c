@@ -11,6 +11,7 @@
 #include "device/hot_rows.h"
 #include "ffn_sparse.h"
 #include "placement.h"
+#include "token_bytes.h"
 
 typedef struct {
     pi_device base;
@@ -33,9 +34,13 @@ static void count(cuda_device *dev, int copies, int syncs) {
     dev->c->stats.device_syncs += syncs;
 }
 
-/* after a wait: the hot neurons of the split steps whose counts have come back since */
+/* after a wait: the hot neurons of the split steps whose counts have come back since (their bytes
+ * at layer 0's neuron size, each with its down row: the device does not say which were zero) */
 static void collect(cuda_device *dev) {
-    if (dev->ffn) dev->c->stats.ffn_rows_done += pi_cuda_ffn_collect(dev->ffn);
+    if (!dev->ffn) return;
+    const int64_t neurons = pi_cuda_ffn_collect(dev->ffn);
+    dev->c->stats.ffn_rows_done += neurons;
+    dev->c->step_bytes += neurons * (int64_t)pi_neuron_bytes(&dev->c->model->layers[0]);
 }
 
 static int cuda_x_in(pi_device *d, const float *x, int n) {
@@ -52,22 +57,23 @@ static int cuda_x_out(pi_device *d, float *x, int n) {
     return rc;
 }
 
-/* the FFN's rows, dense, as the CPU counts them */
-static void count_ffn_rows(cuda_device *dev, int n) {
+/* the FFN's rows and bytes, dense, as the CPU counts them */
+static void count_ffn_rows(cuda_device *dev, int il, int n) {
     dev->c->stats.ffn_rows_done += (int64_t)n * dev->c->model->info.n_ff;
+    dev->c->step_bytes += (int64_t)n * (int64_t)pi_dense_ffn_bytes(&dev->c->model->layers[il]);
 }
 
 static int cuda_attention(pi_device *d, int il, int n, int pos0) {
     cuda_device *dev = (cuda_device *)d;
     const int rc = status(dev, pi_cuda_layer_attention(dev->layers, il, n, pos0, dev->err, sizeof dev->err));
-    if (!rc && dev->c->model->parallel) count_ffn_rows(dev, n); /* its FFN ran inside */
+    if (!rc && dev->c->model->parallel) count_ffn_rows(dev, il, n); /* its FFN ran inside */
     return rc;
 }
 
 static int cuda_ffn(pi_device *d, int il, int n) {
     cuda_device *dev = (cuda_device *)d;
     const int rc = status(dev, pi_cuda_layer_ffn(dev->layers, il, n, dev->err, sizeof dev->err));
-    if (!rc) count_ffn_rows(dev, n);
+    if (!rc) count_ffn_rows(dev, il, n);
     return rc;
 }
 
@@ -104,7 +110,10 @@ static int cuda_split_end(pi_device *d, ffn_job *job, int t, float *cold) {
     const int layer = (int)(job->L - dev->c->model->layers);
     if (!cold) {
         count(dev, 1, 1);
-        return status(dev, pi_cuda_ffn_wait(dev->ffn, dev->c->run_acc, dev->c->run_rows, dev->err, sizeof dev->err));
+        const int rc = status(dev, pi_cuda_ffn_wait(dev->ffn, dev->c->run_acc, dev->c->run_rows, dev->err,
+                                                    sizeof dev->err));
+        dev->c->run_down[0] = dev->c->run_rows[0]; /* the device does not say which activations were zero */
+        return rc;
     }
     count(dev, 1, 0);
     const float *hot = job->hot_runs > 0 ? pi_cuda_ffn_sum(dev->ffn) : NULL;

@@ -4,6 +4,7 @@
 
 #include "device/hot_rows.h"
 #include "placement.h"
+#include "token_bytes.h"
 #include "status.h"
 
 /* positions [0, n) of a layer with `runs` hot runs */
