@@ -232,3 +232,23 @@ def test_down_t_type_forced_and_lossless_input(tmp_path):
     rep = convert(src, tmp_path / "g.powerinfer.gguf", "--sparsity-target", "0.5", "--down-t-type", "q5_0",
                   "--assume-speedup", "1.0")
     assert rep["ffn_down_t"]["types"] == ["Q5_0"] and list(rep["ffn_down_t"]["costs"]) == ["Q5_0"]
+
+
+def test_one_progress_bar_for_the_whole_job(tmp_path, monkeypatch):
+    import tqdm
+
+    shown = []
+    real = tqdm.tqdm
+
+    class Counting(real):
+        def __init__(self, *a, **k):
+            if not k.get("disable"):
+                shown.append(k.get("desc"))
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(tqdm, "tqdm", Counting)
+    src = write_llama_gguf(tmp_path / "m.gguf", n_ff=96)
+    args = [str(src), "--tokens", "1024", "--no-plot", "--threads", "2", "--sparsity-target", "0.5",
+            "--assume-speedup", "1.0"]
+    assert add_profile.main(args) == 0
+    assert shown == ["convert"]
