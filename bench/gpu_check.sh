@@ -45,7 +45,7 @@ python3 -c "from pypowerinfer.model import build_info, cuda_device_count as n; p
 
 step "CUDA and hybrid tests"
 timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_offload.py tests/test_hybrid.py \
-    tests/test_sparse.py \
+    tests/test_sparse.py tests/test_device_traffic.py \
     2>&1 | tee "$OUT/tests.txt"
 tests_rc=${PIPESTATUS[0]}
 
