@@ -52,7 +52,7 @@ tests_rc=${PIPESTATUS[0]}
 step "synthetic ~1B ReLU model, profiled"
 model=/tmp/relu-1b.gguf
 timeout 120 python3 bench/make_relu_model.py --shape 1b -o "$model" || exit 1
-timeout 200 python3 convert/add_profile.py "$model" -o /tmp/relu-1b.powerinfer.gguf --recall 0.9 -q --no-plot \
+timeout 300 python3 convert/add_profile.py "$model" -o /tmp/relu-1b.powerinfer.gguf --recall 0.9 -q --no-plot \
     --threads "$THREADS" || exit 1
 
 step "hybrid benchmark"

@@ -10,8 +10,8 @@ Steps, each a function below, under one progress bar (progress.py):
               corpus.py) -> chunks of 256 tokens; the last VAL_SHARE of them are validation
   2. profile  dense native forward passes with the capture hook: FFN inputs and |act| per layer
               (profile.py); active = act != 0 (ReLU family) or in the token's top (1 - s) share
-              by |act| (GLU family, s = the sparsity target). Saved as <stem>.profile.npz
-              (saved.py); --reuse-profile starts from it instead
+              by |act| (GLU family, s = the sparsity target). With --save-profile saved as
+              <stem>.profile.npz (saved.py); --reuse-profile starts from it instead
   3. train    per layer fc1 -> ReLU -> fc2 in numpy on the training chunks (predictor.py)
   4. choose   per-layer thresholds on the validation chunks for a target weighted recall; each
               candidate (sparsity target, recall) is written as a complete file and its
@@ -433,12 +433,12 @@ def parse_args(argv=None):
                          f"speed here (and within --max-ppl-increase held-out, token by token; default "
                          f"{decide.DEFAULT_MIN_SPEEDUP})")
     ap.add_argument("--assume-speedup", type=float, help=argparse.SUPPRESS)  # tests: no timing
+    ap.add_argument("--save-profile", action="store_true",
+                    help="also write <stem>.profile.npz beside the output, for --reuse-profile (the profile's "
+                         "arrays, ~2 bytes x layers x tokens x (n_embd + n_ff): 1.5 GB for SmolLM2)")
     ap.add_argument("--reuse-profile", action="store_true",
                     help="re-use <stem>.profile.npz beside the output (written by an earlier conversion of the "
-                         "same model) instead of profiling again")
-    ap.add_argument("--no-save-profile", action="store_true",
-                    help="do not write <stem>.profile.npz (the profile's arrays, ~2 bytes x layers x tokens x "
-                         "(n_embd + n_ff))")
+                         "same model with --save-profile) instead of profiling again")
     ap.add_argument("--epochs", type=int, default=4, help="predictor training epochs (default 4)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="native threads")
     ap.add_argument("--force", action="store_true", help="re-profile an input that already has a profile")
@@ -467,7 +467,7 @@ def _load_native(path: Path):
 
 
 def _profile(args, src: Path, out: Path, model, tokenizer, targets, bar) -> tuple[str, prof.Profile]:
-    """Steps 1 and 2, or the saved profile with --reuse-profile; the profile is saved unless told not to."""
+    """Steps 1 and 2, or the saved profile with --reuse-profile; the profile is saved with --save-profile."""
     npz = report.side_path(out, ".profile.npz")
     if args.reuse_profile:
         corpus_name, p = saved.load(npz, src)
@@ -476,7 +476,7 @@ def _profile(args, src: Path, out: Path, model, tokenizer, targets, bar) -> tupl
     corpus_name, train_chunks, val_chunks = step_tokens(tokenizer, args.corpus, args.tokens)
     p = prof.run_profile(model, train_chunks, val_chunks, targets=targets, n_threads=args.threads,
                          progress=False, tick=bar.stage("profile", "profile", len(train_chunks) + len(val_chunks)))
-    if not args.no_save_profile:
+    if args.save_profile:
         saved.save(npz, p, corpus_name, src)
     return corpus_name, p
 

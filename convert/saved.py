@@ -47,7 +47,7 @@ def load(path: Path, src: Path) -> tuple[str, prof.Profile]:
     """(corpus name, Profile) saved at `path` for the model `src`; ConvertError if there is none
     or it is another model's."""
     if not path.is_file():
-        raise ConvertError(f"--reuse-profile: no saved profile {path} (a conversion without --reuse-profile "
+        raise ConvertError(f"--reuse-profile: no saved profile {path} (a conversion with --save-profile "
                            "writes it)")
     try:
         with np.load(path) as z:

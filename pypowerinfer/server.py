@@ -286,7 +286,8 @@ def main(argv=None) -> int:
     model = args.model or str(default_model_path())
     try:
         llm = Llama(model, n_ctx=args.n_ctx, n_threads=args.n_threads, chat_format=args.chat_format,
-                    embedding=True, sparse=not args.no_sparse, sparse_threshold_shift=args.sparse_shift,
+                    embedding=True, sparse=False if args.no_sparse else None,  # None: as the file decided
+                    sparse_threshold_shift=args.sparse_shift,
                     vram_budget=args.vram_budget, n_gpu_layers=args.n_gpu_layers, verbose=False)
     except (OSError, ValueError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -55,7 +55,7 @@ def swiglu_loses(tmp_path_factory):
     folder = tmp_path_factory.mktemp("swiglu")
     src = write_llama_gguf(folder / "m.gguf", n_ff=96)
     out = folder / "m.powerinfer.gguf"
-    rep = convert(src, out, "--sparsity-target", "0.5", "--assume-speedup", "0.8")
+    rep = convert(src, out, "--sparsity-target", "0.5", "--assume-speedup", "0.8", "--save-profile")
     return src, out, rep
 
 
