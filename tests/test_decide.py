@@ -156,7 +156,10 @@ def test_main_job_says_which_mode_ran_and_why(swiglu_loses):
 
     cmd = [sys.executable, "-m", "pypowerinfer", "-m", str(swiglu_loses[1]), "-n", "4", "-t", "2", "-c", "64",
            "-p", "abc"]
-    run = lambda *extra: subprocess.run([*cmd, *extra], capture_output=True, cwd=ROOT, timeout=60)  # noqa: E731
+
+    def run(*extra):  # from the model's folder, not the source tree: the installed package runs
+        return subprocess.run([*cmd, *extra], capture_output=True, cwd=swiglu_loses[1].parent, timeout=60)
+
     res = run()
     assert res.returncode == 0, res.stderr
     assert b"FFN mode:    dense: sparse would compute" in res.stderr
