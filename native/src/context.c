@@ -36,7 +36,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .out_q = (size_t)B * ((size_t)(h->n_embd + QK - 1) / QK),
         .out_k = m->kquant_weights ? (size_t)B * ((size_t)(h->n_embd + QK_K - 1) / QK_K) : 0,
         .logits = (size_t)logits_rows * h->n_vocab,
-        .rank = (size_t)(n_threads + 1) * (size_t)(m->max_rank + QK),
+        .rank = (size_t)PI_HIDDEN_SLOTS * (size_t)(m->max_rank + QK),
         .per_thread = (size_t)n_threads * h->n_embd,
         .ff = (size_t)h->n_ff,
         .runs = (size_t)(h->n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN,

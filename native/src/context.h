@@ -12,6 +12,9 @@ typedef struct {
     uint8_t attention, ffn;
 } pi_layer_steps;
 
+/* the predictor's hidden-layer slots: the CPU threads share one, a device has its own */
+enum { PI_HIDDEN_CPU = 0, PI_HIDDEN_DEVICE = 1, PI_HIDDEN_SLOTS = 2 };
+
 struct pi_context {
     pi_model *model;            /* borrowed */
     pi_context_params params;
@@ -43,8 +46,8 @@ struct pi_context {
     int32_t logits_rows;
 
     /* sparse FFN, one token at a time (ffn_sparse.h); a run fills its own slices, by position */
-    float *pred_h;      /* [n_threads + 1][rank_stride] predictor hidden layer of each thread and the device */
-    pi_act_store pred_hq; /* [n_threads + 1][rank_stride/32], [n_threads + 1][rank_stride/256] */
+    float *pred_h;      /* [2][rank_stride] predictor hidden layer of the CPU threads and of the device */
+    pi_act_store pred_hq; /* [2][rank_stride/32], [2][rank_stride/256] */
     int32_t rank_stride;
     float *pred_out;    /* [n_ff]          predictor logits */
     int32_t *active;    /* [n_ff]          positions predicted to fire: a run's from its first slot on */

@@ -31,13 +31,31 @@ static void prefetch_rows(const pi_weight *w, const int32_t *rows, int n) {
     }
 }
 
-pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot) {
-    const pi_context *c = job->c;
+/* h = relu(fc1 x) with fc1's rows split between the threads: every thread's runs read one hidden
+ * layer, computed once (each row's dot is the same whoever computes it) */
+typedef struct {
+    const pi_kernels *kern;
+    pi_weight fc1;
+    pi_act x;
+    float *h;
+} hidden_task;
+
+static void hidden_worker(void *arg, int ith, int nth) {
+    const hidden_task *t = arg;
+    const int rank = (int)t->fc1.n_out, per = (rank / nth + QK - 1) / QK * QK, r0 = ith * per;
+    const int n = rank - r0 < per ? rank - r0 : per;
+    if (n > 0) t->kern->matmul[t->fc1.type](t->fc1.data, t->fc1.row_bytes, NULL, r0, n, t->x, 1, t->h + r0, rank);
+}
+
+pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot, int n_threads) {
+    pi_context *c = job->c;
     const int rank = (int)w->fc1.n_out;
     float *h = c->pred_h + (size_t)slot * c->rank_stride;
     const pi_act_store hq = { c->pred_hq.q + (size_t)slot * (c->rank_stride / QK),
                               c->pred_hq.k ? c->pred_hq.k + (size_t)slot * (c->rank_stride / QK_K) : NULL };
-    c->kern.matmul[w->fc1.type](w->fc1.data, w->fc1.row_bytes, NULL, 0, rank, job->x, 1, h, rank);
+    hidden_task task = { &c->kern, w->fc1, job->x, h };
+    if (n_threads > 1) pi_threadpool_run(c->pool, hidden_worker, &task, n_threads);
+    else hidden_worker(&task, 0, 1);
     for (int i = 0; i < rank; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
     return pi_quantize(&c->kern, h, hq, 1, rank);
 }
@@ -83,21 +101,17 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
     return n;
 }
 
-/* The CPU side: threads claim cold runs one at a time, and a thread that gets one computes the
- * r x d hidden layer itself first (cheaper than a barrier); with few cold runs, or none when
- * the device holds every neuron, the others skip it. */
+/* The CPU side: threads claim cold runs one at a time, all reading the job's hidden layer. */
 static void cpu_worker(void *arg, int ith, int nth) {
     ffn_job *job = arg;
     const pi_layer *L = job->L;
     const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
-    pi_act hq;
-    for (int have_hidden = 0;;) {
+    for (;;) {
         const int r = atomic_fetch_add_explicit(&job->next_cold, 1, memory_order_relaxed);
         if (r >= job->n_runs) break;
-        if (!have_hidden) hq = pi_ffn_hidden(job, &w, ith);
-        have_hidden = 1;
-        pi_ffn_run(job, &w, hq, r);
+        pi_ffn_run(job, &w, job->hidden, r);
     }
+    (void)ith;
     (void)nth;
 }
 
@@ -143,8 +157,12 @@ static void count_run(pi_context *c, const pi_layer *L, int r) {
 static void cpu_runs(pi_context *c, ffn_job *job, float *cold) {
     const int d = c->model->info.n_embd;
     const int first_cold = job->hot_runs;
-    if (atomic_load(&job->next_cold) < job->n_runs) /* cold runs left: the device may hold them all */
+    if (atomic_load(&job->next_cold) < job->n_runs) { /* cold runs left: the device may hold them all */
+        const pi_layer *L = job->L;
+        const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
+        job->hidden = pi_ffn_hidden(job, &w, PI_HIDDEN_CPU, c->params.n_threads);
         pi_threadpool_run(c->pool, cpu_worker, job, c->params.n_threads);
+    }
     if (!split_device(c)) pi_ffn_fold_hot(c, job->hot_runs);
     memset(cold, 0, (size_t)d * sizeof(float));
     for (int r = first_cold; r < job->n_runs; r++)

@@ -29,11 +29,12 @@ typedef struct ffn_job {
     const int32_t *layout;  /* [n_ff] the neuron at each position, or NULL: the identity */
     int hot_runs, n_runs;
     atomic_int next_cold;   /* the CPU threads' next run */
+    pi_act hidden;          /* the CPU's relu(fc1 x), quantized */
 } ffn_job;
 
-/* h = relu(fc1 x) in the context's predictor slot `slot` (a CPU thread's, or the device's
- * after them), with its quantized forms */
-pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot);
+/* h = relu(fc1 x) in the context's predictor slot `slot`, fc1's rows split between n_threads of
+ * the context's pool (1: the calling thread alone), with its quantized forms */
+pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot, int n_threads);
 
 /* Run r of the job: the neurons whose logit reaches the threshold, their gate, up and
  * activation, and the sum of their down rows into the run's slot. Returns the neurons computed. */

@@ -82,8 +82,8 @@ static void *hot_thread(void *arg) {
         pthread_mutex_unlock(&dev->lock);
         pi_context *c = job->c;
         const ffn_rows *w = &dev->copy.layers[job->L - c->model->layers];
-        /* the device's own hidden layer slot: the one after the CPU threads' */
-        const pi_act hq = pi_ffn_hidden(job, w, pi_threadpool_size(c->pool));
+        /* the device's own hidden layer slot, computed by this thread alone (the pool is the CPU's) */
+        const pi_act hq = pi_ffn_hidden(job, w, PI_HIDDEN_DEVICE, 1);
         for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r);
         pi_ffn_fold_hot(c, job->hot_runs); /* handed back as one vector, as a GPU hands it */
         pthread_mutex_lock(&dev->lock);
