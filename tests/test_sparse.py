@@ -44,8 +44,8 @@ def oracle_model(tmp_path, weight_type: str, drop_down: bool = False, magic: byt
     return out
 
 
-def logits(path, **kwargs) -> np.ndarray:
-    with Llama(path, n_ctx=64, logits_all=True, verbose=False, ffn_act="relu_glu", **kwargs) as llm:
+def logits(path, ffn_act="relu_glu", **kwargs) -> np.ndarray:
+    with Llama(path, n_ctx=64, logits_all=True, verbose=False, ffn_act=ffn_act, **kwargs) as llm:
         llm.eval(TOKENS)
         return np.array(llm.scores[: len(TOKENS)]), llm._ctx.stats()
 
@@ -71,6 +71,18 @@ def test_sparse_with_true_active_set_equals_dense(weight_type, tmp_path):
     assert dense_stats["ffn_rows_done"] == dense_stats["ffn_rows_dense"]
     # random ReLU gates fire about half the time: the sparse path really skipped rows
     assert 0.3 < sparse_stats["ffn_rows_done"] / sparse_stats["ffn_rows_dense"] < 0.7
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q4_0"])
+def test_relu_relu_skips_the_second_factor_and_still_equals_dense(weight_type, tmp_path):
+    """relu(gate) * relu(up): the oracle picks the neurons whose gate fires; after each layer's
+    first token (which computes both factors and counts their positives) the factor positive
+    less often is computed first, the other only where it is positive. Same result as dense."""
+    path = oracle_model(tmp_path, weight_type)
+    dense, _ = logits(path, ffn_act="relu_relu_glu", sparse=False)
+    sparse, stats = logits(path, ffn_act="relu_relu_glu", sparse="all", sparse_threshold_shift=-MARGIN.get(weight_type, 0.05))
+    np.testing.assert_allclose(sparse, dense, rtol=1e-4, atol=1e-3)
+    assert 0.3 < stats["ffn_rows_done"] / stats["ffn_rows_dense"] < 0.7
 
 
 def test_threshold_shift_trades_rows_for_accuracy(tmp_path):

@@ -60,10 +60,27 @@ def test_a_sparse_token_reads_the_predictors_and_the_rows_it_computes(profiled):
     gate_up_row = 2 * b["blk.0.ffn_gate.weight"] // 640
     down_row = b["blk.0.ffn_down_t.weight"] // 640
     rows = stats["ffn_rows_done"]
-    # a computed neuron reads its gate and up rows, and its down row unless its activation is 0
-    assert fixed + rows * gate_up_row <= stats["bytes_per_token"] <= fixed + rows * (gate_up_row + down_row)
+    # a computed neuron reads its first factor's row (gate or up), the other's only where the
+    # first is positive, and its down row only where its activation is not 0
+    assert fixed + rows * gate_up_row // 2 <= stats["bytes_per_token"] <= fixed + rows * (gate_up_row + down_row)
     assert stats["bytes_per_token_dense"] == dense["bytes_per_token_dense"]
     assert stats["ceiling"] == pytest.approx(stats["bytes_per_token_dense"] / stats["bytes_per_token"])
+
+
+def test_a_neuron_whose_gate_does_not_fire_reads_no_up_row(profiled):
+    """relu(gate) * up: with every neuron predicted (a threshold far below every logit), gate is
+    read for all of them, up and down only for those whose gate fires (about half here)."""
+    b = tensor_bytes(profiled)
+    dense = generated(profiled, sparse=False)
+    stats = generated(profiled, sparse=True, sparse_threshold_shift=-1e6)
+    assert stats["ffn_rows_done"] == stats["ffn_rows_dense"]
+    ffn = sum(b[f"blk.{il}.{name}.weight"] for il in range(N_LAYER) for name in ("ffn_gate", "ffn_up", "ffn_down"))
+    predictors = sum(b[f"blk.{il}.{name}.weight"] for il in range(N_LAYER) for name in ("fc1", "fc2"))
+    fixed = dense["bytes_per_token_dense"] - ffn + predictors
+    gate_row = b["blk.0.ffn_gate.weight"] // 640
+    rest = stats["bytes_per_token"] - fixed - stats["ffn_rows_done"] * gate_row  # up and down rows read
+    up_down_row = b["blk.0.ffn_up.weight"] // 640 + b["blk.0.ffn_down_t.weight"] // 640
+    assert 0.2 * stats["ffn_rows_done"] * up_down_row < rest < 0.8 * stats["ffn_rows_done"] * up_down_row
 
 
 def test_predictors_missing_on_a_layer_are_refused(profiled, tmp_path):

@@ -97,13 +97,16 @@ int pi_context_alloc(pi_context *c) {
     c->active_rows = malloc(s.ff * sizeof(int32_t));
     c->run_acc = malloc(s.run_acc * sizeof(float));
     c->run_rows = calloc(s.runs, sizeof(int32_t));
-    c->run_down = calloc(s.runs, sizeof(int32_t));
+    c->run_bytes = calloc(s.runs, sizeof(int64_t));
+    c->ffn_first = calloc((size_t)h->n_layer, 1);
+    c->ffn_tokens = calloc((size_t)h->n_layer, sizeof(int32_t));
     c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
     c->down_acc = malloc(s.per_thread * sizeof(float));
     if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
         (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
-        !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_down || !c->down_acc ||
+        !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_bytes ||
+        !c->ffn_first || !c->ffn_tokens || !c->down_acc ||
         (s.embd && !c->embd)) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", c->n_ctx, need / 1048576.0);
     }
@@ -124,5 +127,5 @@ void pi_context_release(pi_context *c) {
     free(c->out_x); free(c->delta); free(c->out_q.q); free(c->out_q.k); free(c->logits);
     free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
     free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
-    free(c->run_rows); free(c->run_down); free(c->down_acc); free(c->embd);
+    free(c->run_rows); free(c->run_bytes); free(c->ffn_first); free(c->ffn_tokens); free(c->down_acc); free(c->embd);
 }

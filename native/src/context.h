@@ -2,6 +2,8 @@
  * Everything is allocated once in pi_context_new; a decode step allocates nothing. */
 #ifndef PI_CONTEXT_H
 #define PI_CONTEXT_H
+#include <stdatomic.h>
+
 #include "kernels/kernels.h"
 #include "model.h"
 #include "threadpool.h"
@@ -54,7 +56,10 @@ struct pi_context {
     int32_t *active_rows; /* [n_ff]        their weight rows on the side that computes the run */
     float *run_acc;     /* [n_runs][n_embd] each run's sum of down rows */
     int32_t *run_rows;  /* [n_runs]        neurons each run computed */
-    int32_t *run_down;  /* [n_runs]        of them, those whose activation is not zero (down rows read) */
+    int64_t *run_bytes; /* [n_runs]        bytes of the gate, up and down rows each run read */
+    uint8_t *ffn_first; /* [n_layer]       PI_FFN_FIRST_* of each layer (ffn_sparse.c's choose_first) */
+    int32_t *ffn_tokens; /* [n_layer]      sparse tokens each layer has computed, for its probes */
+    atomic_int probe_gate, probe_up; /* a probe token's positive gate and up values */
     float *down_acc;    /* [n_threads][n_embd] per-thread partial sums of a transposed dense down */
 
     /* the hot/cold split of vram_budget: runs [0, hot_runs[layer]) of each layer are its hot

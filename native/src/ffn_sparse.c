@@ -60,6 +60,60 @@ pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot, int n_thre
     return pi_quantize(&c->kern, h, hq, 1, rank);
 }
 
+/* Keep the neurons j < n whose first factor f[j] is positive, in order, with their positions,
+ * rows and f; returns how many. */
+static int keep_positive(float *f, int32_t *pos, int32_t *rows, int n) {
+    int m = 0;
+    for (int j = 0; j < n; j++)
+        if (f[j] > 0.0f) {
+            f[m] = f[j];
+            pos[m] = pos[j];
+            rows[m++] = rows[j];
+        }
+    return m;
+}
+
+/* gate and up of the run's n neurons into g and u. Where the activation rectifies a factor
+ * (relu(gate) * up, relu(gate) * relu(up)), the first factor is computed for all n, and the
+ * second only for the neurons whose first is positive: the others' activation is 0 whatever the
+ * second is (so the result is the same), and their down rows are never read. Those neurons are
+ * dropped from pos and rows. Returns the neurons kept; *bytes the gate and up rows' bytes read.
+ * A probe (job->probe) computes both in full and counts each factor's positives. */
+static int gate_and_up(const ffn_job *job, const ffn_rows *w, int32_t *pos, int32_t *rows, int n, float *g, float *u,
+                       int64_t *bytes) {
+    const pi_kernels *k = &job->c->kern;
+    const int up_first = job->first == PI_FFN_FIRST_UP;
+    const pi_weight *fw = up_first ? &w->up : &w->gate, *sw = up_first ? &w->gate : &w->up;
+    const float *fb = up_first ? job->L->ffn_up_b : job->L->ffn_gate_b, *sb = up_first ? job->L->ffn_gate_b : job->L->ffn_up_b;
+    float *f = up_first ? u : g, *sv = up_first ? g : u;
+    k->matmul[fw->type](fw->data, fw->row_bytes, rows, 0, n, job->x, 1, f, n);
+    add_bias_rows(f, fb, job->layout, pos, n);
+    if (job->first == PI_FFN_FIRST_BOTH || job->probe) {
+        k->matmul[sw->type](sw->data, sw->row_bytes, rows, 0, n, job->x, 1, sv, n);
+        add_bias_rows(sv, sb, job->layout, pos, n);
+        *bytes = (int64_t)n * (int64_t)(fw->row_bytes + sw->row_bytes);
+        if (job->probe) {
+            int pg = 0, pu = 0;
+            for (int j = 0; j < n; j++) {
+                pg += g[j] > 0.0f;
+                pu += u[j] > 0.0f;
+            }
+            atomic_fetch_add_explicit(&job->c->probe_gate, pg, memory_order_relaxed);
+            atomic_fetch_add_explicit(&job->c->probe_up, pu, memory_order_relaxed);
+        }
+        return n;
+    }
+    const int m = keep_positive(f, pos, rows, n);
+    prefetch_rows(sw, rows, m);
+    prefetch_rows(&w->down_t, rows, m); /* these activations are (nearly all) non-zero */
+    if (m) {
+        k->matmul[sw->type](sw->data, sw->row_bytes, rows, 0, m, job->x, 1, sv, m);
+        add_bias_rows(sv, sb, job->layout, pos, m);
+    }
+    *bytes = (int64_t)n * (int64_t)fw->row_bytes + (int64_t)m * (int64_t)sw->row_bytes;
+    return m;
+}
+
 int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
     pi_context *c = job->c;
     const pi_kernels *k = &c->kern;
@@ -77,27 +131,30 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
             rows[n++] = row_of(w, p0 + i);
         }
     c->run_rows[r] = n;
-    c->run_down[r] = 0;
+    c->run_bytes[r] = 0;
     if (n == 0) return 0;
-    prefetch_rows(&w->gate, rows, n);
-    prefetch_rows(&w->up, rows, n);
-    prefetch_rows(&w->down_t, rows, n);
+    const int both = job->first == PI_FFN_FIRST_BOTH || job->probe || !w->gate.data;
+    prefetch_rows(job->first == PI_FFN_FIRST_UP ? &w->up : &w->gate, rows, n); /* no gate: a no-op */
+    if (both) {
+        prefetch_rows(&w->up, rows, n);
+        prefetch_rows(&w->down_t, rows, n);
+    }
+    int kept = n;
     if (w->gate.data) {
-        k->matmul[w->gate.type](w->gate.data, w->gate.row_bytes, rows, 0, n, job->x, 1, g, n);
-        k->matmul[w->up.type](w->up.data, w->up.row_bytes, rows, 0, n, job->x, 1, u, n);
-        add_bias_rows(g, job->L->ffn_gate_b, job->layout, pos, n);
-        add_bias_rows(u, job->L->ffn_up_b, job->layout, pos, n);
+        kept = gate_and_up(job, w, pos, rows, n, g, u, &c->run_bytes[r]);
     } else { /* no gate (opt, falcon): act(up x) */
         k->matmul[w->up.type](w->up.data, w->up.row_bytes, rows, 0, n, job->x, 1, g, n);
         add_bias_rows(g, job->L->ffn_up_b, job->layout, pos, n);
+        c->run_bytes[r] = (int64_t)n * (int64_t)w->up.row_bytes;
     }
-    pi_activate(c, g, u, (size_t)n);
     memset(acc, 0, (size_t)d * sizeof(float));
+    if (kept == 0) return n;
+    pi_activate(c, g, u, (size_t)kept);
     /* the kernel skips ReLU zeros without reading their rows */
-    k->axpy_rows[w->down_t.type](w->down_t.data, w->down_t.row_bytes, rows, g, n, acc, d);
+    k->axpy_rows[w->down_t.type](w->down_t.data, w->down_t.row_bytes, rows, g, kept, acc, d);
     int read = 0;
-    for (int j = 0; j < n; j++) read += g[j] != 0.0f;
-    c->run_down[r] = read;
+    for (int j = 0; j < kept; j++) read += g[j] != 0.0f;
+    c->run_bytes[r] += (int64_t)read * (int64_t)w->down_t.row_bytes;
     return n;
 }
 
@@ -124,13 +181,43 @@ void pi_ffn_fold_hot(pi_context *c, int hot_runs) {
         if (!c->run_rows[r]) continue;
         c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, sum, d);
         c->run_rows[0] += c->run_rows[r];
-        c->run_down[0] += c->run_down[r];
-        c->run_rows[r] = c->run_down[r] = 0;
+        c->run_bytes[0] += c->run_bytes[r];
+        c->run_rows[r] = 0;
+        c->run_bytes[r] = 0;
     }
 }
 
 /* the device of the split, when the context has one (a device may hold whole layers only) */
 static pi_device *split_device(const pi_context *c) { return c->hot_runs ? c->device : NULL; }
+
+/* one token's job for layer `layer`: the split's device takes runs [0, hot_runs), the CPU threads
+ * the rest; without one the CPU takes them all */
+enum { PROBE_EVERY = 32 }; /* a relu(gate) * relu(up) layer re-measures its factors this often */
+
+/* Which factor of a layer's neurons is computed first (gate_and_up): relu(gate) * up: gate;
+ * relu(gate) * relu(up): the one positive less often among the predicted neurons, as measured
+ * on probe tokens (a layer's first sparse token, then every PROBE_EVERY-th), which compute both;
+ * other activations: both, always. The choice changes what is read, never the result. */
+static void choose_first(pi_context *c, int layer, ffn_job *job) {
+    switch (c->model->info.ffn_act) {
+    case PI_ACT_RELU_GLU: job->first = PI_FFN_FIRST_GATE; break;
+    case PI_ACT_RELU_RELU_GLU:
+        job->first = c->ffn_first[layer];
+        job->probe = c->ffn_tokens[layer]++ % PROBE_EVERY == 0;
+        break;
+    default: job->first = PI_FFN_FIRST_BOTH;
+    }
+    if (job->probe) {
+        atomic_store(&c->probe_gate, 0);
+        atomic_store(&c->probe_up, 0);
+    }
+}
+
+/* after a probe token: the factor positive less often goes first */
+static void probed(pi_context *c, int layer, const ffn_job *job) {
+    if (job->probe)
+        c->ffn_first[layer] = atomic_load(&c->probe_up) < atomic_load(&c->probe_gate) ? PI_FFN_FIRST_UP : PI_FFN_FIRST_GATE;
+}
 
 /* one token's job for layer `layer`: the split's device takes runs [0, hot_runs), the CPU threads
  * the rest; without one the CPU takes them all */
@@ -141,14 +228,14 @@ static ffn_job job_for(pi_context *c, int layer, pi_act x) {
                     .layout = c->layout ? c->layout + (size_t)layer * n_ff : NULL,
                     .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
     atomic_init(&job.next_cold, split_device(c) ? job.hot_runs : 0);
+    choose_first(c, layer, &job);
     return job;
 }
 
-/* run r's neurons and the bytes their rows took: gate and up for each, down where it is read */
-static void count_run(pi_context *c, const pi_layer *L, int r) {
+/* run r's neurons and the bytes their rows took */
+static void count_run(pi_context *c, int r) {
     c->stats.ffn_rows_done += c->run_rows[r];
-    c->step_bytes += (int64_t)c->run_rows[r] * (int64_t)(L->ffn_gate.row_bytes + L->ffn_up.row_bytes) +
-                     (int64_t)c->run_down[r] * (int64_t)L->ffn_down_t.row_bytes;
+    c->step_bytes += c->run_bytes[r];
 }
 
 /* The CPU's runs, and their slots added in run order into cold (zeros without neurons): the same
@@ -168,14 +255,14 @@ static void cpu_runs(pi_context *c, ffn_job *job, float *cold) {
     for (int r = first_cold; r < job->n_runs; r++)
         if (c->run_rows[r]) {
             c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, cold, d);
-            count_run(c, job->L, r);
+            count_run(c, r);
         }
 }
 
 void pi_ffn_merge_hot(pi_context *c, const ffn_job *job, float *y) {
     if (job->hot_runs <= 0 || !c->run_rows[0]) return;
     c->vec.axpy(1.0f, c->run_acc, y, c->model->info.n_embd);
-    count_run(c, job->L, 0);
+    count_run(c, 0);
 }
 
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
@@ -188,6 +275,7 @@ int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
     cpu_runs(c, &job, y);
     if (dev && (rc = dev->ops->split_end(dev, &job, t, NULL))) return rc;
     pi_ffn_merge_hot(c, &job, y);
+    probed(c, layer, &job);
     return PI_OK;
 }
 
@@ -203,6 +291,7 @@ int pi_ffn_sparse_resident(pi_context *c, int layer, int n) {
         if ((rc = dev->ops->split_start(dev, &job, 1))) return rc;
         cpu_runs(c, &job, cold);
         if ((rc = dev->ops->split_end(dev, &job, t, cold))) return rc;
+        probed(c, layer, &job);
     }
     return PI_OK;
 }

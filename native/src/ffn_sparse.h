@@ -20,6 +20,9 @@ typedef struct {
     const int32_t *rows;
 } ffn_rows;
 
+/* the factor of the activation a run computes first, the other only where the first is positive */
+enum { PI_FFN_FIRST_BOTH = 0, PI_FFN_FIRST_GATE = 1, PI_FFN_FIRST_UP = 2 };
+
 /* One token through one layer. */
 typedef struct ffn_job {
     pi_context *c;
@@ -29,6 +32,8 @@ typedef struct ffn_job {
     const int32_t *layout;  /* [n_ff] the neuron at each position, or NULL: the identity */
     int hot_runs, n_runs;
     atomic_int next_cold;   /* the CPU threads' next run */
+    int first;              /* PI_FFN_FIRST_*: which of gate and up is computed first */
+    int probe;              /* compute both and count their positives (ffn_sparse.c's choose_first) */
     pi_act hidden;          /* the CPU's relu(fc1 x), quantized */
 } ffn_job;
 
@@ -36,8 +41,9 @@ typedef struct ffn_job {
  * the context's pool (1: the calling thread alone), with its quantized forms */
 pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot, int n_threads);
 
-/* Run r of the job: the neurons whose logit reaches the threshold, their gate, up and
- * activation, and the sum of their down rows into the run's slot. Returns the neurons computed. */
+/* Run r of the job: the neurons whose logit reaches the threshold, their gate and up (the second
+ * factor only where the activation can be non-zero), activation, and the sum of their down rows
+ * into the run's slot; the rows' bytes in run_bytes[r]. Returns the neurons predicted. */
 int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r);
 
 /* Runs [0, hot_runs) folded into slot 0: their sum in run order (runs without neurons skipped),

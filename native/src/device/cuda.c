@@ -112,7 +112,10 @@ static int cuda_split_end(pi_device *d, ffn_job *job, int t, float *cold) {
         count(dev, 1, 1);
         const int rc = status(dev, pi_cuda_ffn_wait(dev->ffn, dev->c->run_acc, dev->c->run_rows, dev->err,
                                                     sizeof dev->err));
-        dev->c->run_down[0] = dev->c->run_rows[0]; /* the device does not say which activations were zero */
+        /* the device computes gate, up and down for each neuron, and does not say which were zero */
+        const pi_layer *L = job->L;
+        dev->c->run_bytes[0] = (int64_t)dev->c->run_rows[0] *
+                               (int64_t)(L->ffn_gate.row_bytes + L->ffn_up.row_bytes + L->ffn_down_t.row_bytes);
         return rc;
     }
     count(dev, 1, 0);
