@@ -93,18 +93,17 @@ static void attn_worker(void *arg, int ith, int nth) {
         const int first = a->local && n_kv > m->swa_window ? n_kv - m->swa_window : 0;
         const float *q = c->q + (size_t)t * q_dim + (size_t)h * hd;
         const pi_fp16 *k = k_layer + (size_t)(h / group) * hd, *v = v_layer + (size_t)(h / group) * hd;
+        const int n = n_kv - first;
+        c->vec.scores_f16(q, k + (size_t)first * kv_dim, (size_t)kv_dim, n, hd, scale, att);
         float max = -INFINITY;
-        for (int p = first; p < n_kv; p++) {
-            att[p] = c->vec.dot_f16(q, k + (size_t)p * kv_dim, hd) * scale;
+        for (int p = 0; p < n; p++) {
             if (m->attn_softcap > 0.0f) att[p] = m->attn_softcap * tanhf(att[p] / m->attn_softcap);
             if (att[p] > max) max = att[p];
         }
-        const float inv_sum = 1.0f / c->vec.exp_sub_sum(att + first, max, n_kv - first);
-        float *out = a->out + (size_t)t * q_dim + (size_t)h * hd;
-        memset(out, 0, (size_t)hd * sizeof(float));
+        const float inv_sum = 1.0f / c->vec.exp_sub_sum(att, max, n);
         /* probabilities rounded to f16 as llama.cpp's f16 KQ·V product does */
-        for (int p = first; p < n_kv; p++)
-            c->vec.axpy_f16(pi_fp16_to_f32(pi_f32_to_fp16(att[p] * inv_sum)), v + (size_t)p * kv_dim, out, hd);
+        c->vec.probs_f16(att, inv_sum, n);
+        c->vec.mix_f16(att, v + (size_t)first * kv_dim, (size_t)kv_dim, n, hd, a->out + (size_t)t * q_dim + (size_t)h * hd);
     }
 }
 

@@ -39,8 +39,18 @@ static float dot_f16_ref(const float *a, const pi_fp16 *b, int n) {
     return s;
 }
 
-static void axpy_f16_ref(float a, const pi_fp16 *x, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * pi_fp16_to_f32(x[i]);
+static void scores_f16_ref(const float *q, const pi_fp16 *k, size_t stride, int n, int hd, float scale, float *out) {
+    for (int p = 0; p < n; p++) out[p] = dot_f16_ref(q, k + (size_t)p * stride, hd) * scale;
+}
+
+static void probs_f16_ref(float *p, float a, int n) {
+    for (int i = 0; i < n; i++) p[i] = pi_fp16_to_f32(pi_f32_to_fp16(a * p[i]));
+}
+
+static void mix_f16_ref(const float *p, const pi_fp16 *v, size_t stride, int n, int hd, float *out) {
+    for (int i = 0; i < hd; i++) out[i] = 0.0f;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < hd; i++) out[i] += p[j] * pi_fp16_to_f32(v[(size_t)j * stride + i]);
 }
 
 static void to_f16_ref(const float *x, pi_fp16 *y, int n) {
@@ -131,11 +141,81 @@ AVX2 static float dot_f16_avx2(const float *a, const pi_fp16 *b, int n) {
     return hsum(_mm256_add_ps(s0, s1)) + dot_f16_ref(a + i, b + i, n - i);
 }
 
-AVX2 static void axpy_f16_avx2(float a, const pi_fp16 *x, float *y, int n) {
-    __m256 va = _mm256_set1_ps(a);
+/* q . k_p as dot_f16_avx2 sums it: lanes of two accumulators over 16 values at a time (an odd 8
+ * to the first), added, then halves, then pairs (hsum). Four rows at once, their sums transposed
+ * so the last steps run on all four together. */
+AVX2 static void scores_f16_avx2(const float *q, const pi_fp16 *k, size_t stride, int n, int hd, float scale,
+                                 float *out) {
+    if (hd % 8) {
+        scores_f16_ref(q, k, stride, n, hd, scale, out);
+        return;
+    }
+    const __m128 vs = _mm_set1_ps(scale);
+    int p = 0;
+    for (; p + 4 <= n; p += 4) {
+        const pi_fp16 *kr[4] = { k + (size_t)p * stride, k + (size_t)(p + 1) * stride, k + (size_t)(p + 2) * stride,
+                                 k + (size_t)(p + 3) * stride };
+        __m256 s0[4], s1[4];
+        for (int r = 0; r < 4; r++) s0[r] = s1[r] = _mm256_setzero_ps();
+        int i = 0;
+        for (; i + 16 <= hd; i += 16) {
+            const __m256 x0 = _mm256_loadu_ps(q + i), x1 = _mm256_loadu_ps(q + i + 8);
+            for (int r = 0; r < 4; r++) {
+                s0[r] = _mm256_fmadd_ps(x0, load_f16(kr[r] + i), s0[r]);
+                s1[r] = _mm256_fmadd_ps(x1, load_f16(kr[r] + i + 8), s1[r]);
+            }
+        }
+        if (i < hd)
+            for (int r = 0; r < 4; r++) s0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16(kr[r] + i), s0[r]);
+        __m128 h[4];
+        for (int r = 0; r < 4; r++) {
+            const __m256 t = _mm256_add_ps(s0[r], s1[r]);
+            h[r] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+        }
+        _MM_TRANSPOSE4_PS(h[0], h[1], h[2], h[3]); /* h[j] = lane j of each row */
+        const __m128 sum = _mm_add_ps(_mm_add_ps(h[0], h[2]), _mm_add_ps(h[1], h[3]));
+        _mm_storeu_ps(out + p, _mm_mul_ps(sum, vs));
+    }
+    for (; p < n; p++) out[p] = dot_f16_avx2(q, k + (size_t)p * stride, hd) * scale;
+}
+
+AVX2 static void probs_f16_avx2(float *p, float a, int n) {
+    const __m256 va = _mm256_set1_ps(a);
     int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16(x + i), _mm256_loadu_ps(y + i)));
-    axpy_f16_ref(a, x + i, y + i, n - i);
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(va, _mm256_loadu_ps(p + i)), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(p + i, _mm256_cvtph_ps(h));
+    }
+    probs_f16_ref(p + i, a, n - i);
+}
+
+/* out in registers, 32 values at a time, over every row */
+AVX2 static void mix_f16_avx2(const float *p, const pi_fp16 *v, size_t stride, int n, int hd, float *out) {
+    if (hd % 8) {
+        mix_f16_ref(p, v, stride, n, hd, out);
+        return;
+    }
+    int i = 0;
+    for (; i + 32 <= hd; i += 32) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const __m256 w = _mm256_broadcast_ss(p + j);
+            const pi_fp16 *vj = v + (size_t)j * stride + i;
+            a0 = _mm256_fmadd_ps(w, load_f16(vj), a0);
+            a1 = _mm256_fmadd_ps(w, load_f16(vj + 8), a1);
+            a2 = _mm256_fmadd_ps(w, load_f16(vj + 16), a2);
+            a3 = _mm256_fmadd_ps(w, load_f16(vj + 24), a3);
+        }
+        _mm256_storeu_ps(out + i, a0);
+        _mm256_storeu_ps(out + i + 8, a1);
+        _mm256_storeu_ps(out + i + 16, a2);
+        _mm256_storeu_ps(out + i + 24, a3);
+    }
+    for (; i < hd; i += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), load_f16(v + (size_t)j * stride + i), a);
+        _mm256_storeu_ps(out + i, a);
+    }
 }
 
 AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
@@ -148,11 +228,11 @@ AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
 
 void pi_vec_ops_init(pi_vec_ops *v, int use_simd) {
     *v = (pi_vec_ops){ "ref", axpy_ref, exp_sub_sum_ref, silu_mul_ref, sum_squares_ref,
-                       dot_f16_ref, axpy_f16_ref, to_f16_ref };
+                       scores_f16_ref, probs_f16_ref, mix_f16_ref, to_f16_ref };
 #if defined(__x86_64__)
     if (use_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         *v = (pi_vec_ops){ "avx2", axpy_avx2, exp_sub_sum_avx2, silu_mul_avx2, sum_squares_avx2,
-                           dot_f16_avx2, axpy_f16_avx2, to_f16_avx2 };
+                           scores_f16_avx2, probs_f16_avx2, mix_f16_avx2, to_f16_avx2 };
 #else
     (void)use_simd;
 #endif
