@@ -35,9 +35,9 @@ def model(profiled):
     m.close()
 
 
-def run(model, *, device=DEVICE_NONE, budget=0, threads=2):
+def run(model, *, device=DEVICE_NONE, budget=0, threads=2, sparse=2, shift=0.0):
     ctx = NativeContext(model, n_ctx=32, n_batch=32, n_threads=threads, n_threads_batch=threads, logits_all=True,
-                        sparse=2, device=device, vram_budget=budget)
+                        sparse=sparse, device=device, vram_budget=budget, sparse_threshold_shift=shift)
     try:
         ctx.decode(TOKENS, 0)
         return ctx.logits[: len(TOKENS)].copy(), ctx.stats()
@@ -110,6 +110,27 @@ def test_host_device_split_equals_the_cpu_exactly(model, share, threads):
     split, split_stats = run(model, device=DEVICE_HOST, budget=budget, threads=threads)
     np.testing.assert_array_equal(split, cpu)
     assert split_stats == cpu_stats
+
+
+def test_cold_runs_taken_in_groups_agree_with_the_split_and_across_thread_counts(tmp_path):
+    """13 runs: the CPU takes its cold runs two at a time (the group depends on the model alone).
+    The split still equals the CPU bit for bit, so does one thread against two, and the exact
+    oracle (a margin for the 8-bit activations) stays within float noise of dense."""
+    m = NativeModel(write_profiled_relu_gguf(tmp_path, "Q8_0", n_layer=2, n_ff=13 * RUN))
+    try:
+        one, _ = run(m, threads=1)
+        two, _ = run(m, threads=2)
+        np.testing.assert_array_equal(one, two)
+        budget = int(0.5 * m.device_bytes())
+        cpu, cpu_stats = run(m, budget=budget)
+        split, split_stats = run(m, device=DEVICE_HOST, budget=budget)
+        np.testing.assert_array_equal(split, cpu)
+        assert split_stats == cpu_stats
+        dense, _ = run(m, sparse=0)
+        wide, _ = run(m, shift=-0.05)
+        np.testing.assert_allclose(wide, dense, rtol=1e-4, atol=1e-3)
+    finally:
+        m.close()
 
 
 def test_host_split_of_an_ffn_without_a_gate_equals_the_cpu(tmp_path):

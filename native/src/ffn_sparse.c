@@ -114,11 +114,15 @@ static int gate_and_up(const ffn_job *job, const ffn_rows *w, int32_t *pos, int3
     return m;
 }
 
-int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
+int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs) {
     pi_context *c = job->c;
     const pi_kernels *k = &c->kern;
     const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
-    const int p0 = r * PI_FFN_RUN, nr = n_ff - p0 < PI_FFN_RUN ? n_ff - p0 : PI_FFN_RUN;
+    const int p0 = r * PI_FFN_RUN, nr = n_ff - p0 < runs * PI_FFN_RUN ? n_ff - p0 : runs * PI_FFN_RUN;
+    for (int i = 1; i < runs; i++) { /* the unit's sum is in slot r */
+        c->run_rows[r + i] = 0;
+        c->run_bytes[r + i] = 0;
+    }
     /* this run's slices of the scratch, by position */
     float *logit = c->pred_out + p0, *g = c->gate + p0, *u = c->up + p0, *acc = c->run_acc + (size_t)r * d;
     int32_t *pos = c->active + p0, *rows = c->active_rows + p0;
@@ -158,15 +162,19 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r) {
     return n;
 }
 
-/* The CPU side: threads claim cold runs one at a time, all reading the job's hidden layer. */
+/* The CPU side: threads claim units one at a time, all reading the job's hidden layer. A unit
+ * is one of the hot runs the CPU computes without a device (one at a time, as a device does, so
+ * the sums agree), or a group of up to job->group cold runs (fewer, longer kernel calls). */
 static void cpu_worker(void *arg, int ith, int nth) {
     ffn_job *job = arg;
     const pi_layer *L = job->L;
     const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
     for (;;) {
-        const int r = atomic_fetch_add_explicit(&job->next_cold, 1, memory_order_relaxed);
-        if (r >= job->n_runs) break;
-        pi_ffn_run(job, &w, job->hidden, r);
+        const int u = atomic_fetch_add_explicit(&job->next_unit, 1, memory_order_relaxed);
+        if (u >= job->n_units) break;
+        const int r = u < job->singles ? u : job->hot_runs + (u - job->singles) * job->group;
+        const int runs = u < job->singles ? 1 : job->n_runs - r < job->group ? job->n_runs - r : job->group;
+        pi_ffn_run(job, &w, job->hidden, r, runs);
     }
     (void)ith;
     (void)nth;
@@ -227,7 +235,12 @@ static ffn_job job_for(pi_context *c, int layer, pi_act x) {
     ffn_job job = { .c = c, .L = L, .x = x, .threshold = L->threshold + c->params.sparse_threshold_shift,
                     .layout = c->layout ? c->layout + (size_t)layer * n_ff : NULL,
                     .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
-    atomic_init(&job.next_cold, split_device(c) ? job.hot_runs : 0);
+    /* groups of cold runs: at most 4, and at least 6 units (for balance), from the model alone
+     * so the sums do not depend on the thread count */
+    job.group = job.n_runs / 6 < 1 ? 1 : job.n_runs / 6 > 4 ? 4 : job.n_runs / 6;
+    job.singles = split_device(c) ? 0 : job.hot_runs;
+    job.n_units = job.singles + (job.n_runs - job.hot_runs + job.group - 1) / job.group;
+    atomic_init(&job.next_unit, 0);
     choose_first(c, layer, &job);
     return job;
 }
@@ -244,7 +257,7 @@ static void count_run(pi_context *c, int r) {
 static void cpu_runs(pi_context *c, ffn_job *job, float *cold) {
     const int d = c->model->info.n_embd;
     const int first_cold = job->hot_runs;
-    if (atomic_load(&job->next_cold) < job->n_runs) { /* cold runs left: the device may hold them all */
+    if (job->n_units > 0) { /* the device may hold every run */
         const pi_layer *L = job->L;
         const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
         job->hidden = pi_ffn_hidden(job, &w, PI_HIDDEN_CPU, c->params.n_threads);

@@ -3,9 +3,10 @@
  * A layer's neurons are visited by position in the context's layout, in runs of PI_FFN_RUN
  * positions: the identity, or with a device budget the layer's hot neurons first, then the cold
  * ones, each part in ascending neuron order. The device (device/device.h) computes the hot runs
- * [0, hot_runs), the CPU threads the cold ones; each run leaves its sum of down rows in its own
- * slot. The FFN's result is cold + hot: the cold slots added in run order, plus the hot ones
- * folded in run order, the same bits wherever each run was computed. */
+ * [0, hot_runs), the CPU threads the cold ones (in groups of a few runs); each run, or group,
+ * leaves its sum of down rows in its first run's slot. The FFN's result is cold + hot: the cold
+ * slots added in run order, plus the hot ones folded in run order, the same bits wherever each
+ * hot run was computed. */
 #ifndef PI_FFN_SPARSE_H
 #define PI_FFN_SPARSE_H
 #include <stdatomic.h>
@@ -31,7 +32,8 @@ typedef struct ffn_job {
     float threshold;
     const int32_t *layout;  /* [n_ff] the neuron at each position, or NULL: the identity */
     int hot_runs, n_runs;
-    atomic_int next_cold;   /* the CPU threads' next run */
+    int group, singles, n_units; /* the CPU's units of work (ffn_sparse.c's cpu_worker) */
+    atomic_int next_unit;   /* the CPU threads' next unit */
     int first;              /* PI_FFN_FIRST_*: which of gate and up is computed first */
     int probe;              /* compute both and count their positives (ffn_sparse.c's choose_first) */
     pi_act hidden;          /* the CPU's relu(fc1 x), quantized */
@@ -41,10 +43,11 @@ typedef struct ffn_job {
  * the context's pool (1: the calling thread alone), with its quantized forms */
 pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot, int n_threads);
 
-/* Run r of the job: the neurons whose logit reaches the threshold, their gate and up (the second
+/* Runs [r, r + runs) of the job as one: the neurons whose logit reaches the threshold, their gate and up (the second
  * factor only where the activation can be non-zero), activation, and the sum of their down rows
- * into the run's slot; the rows' bytes in run_bytes[r]. Returns the neurons predicted. */
-int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r);
+ * into slot r; their count and the rows' bytes in run_rows[r] and run_bytes[r], those of the
+ * other runs 0. Returns the neurons predicted. */
+int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs);
 
 /* Runs [0, hot_runs) folded into slot 0: their sum in run order (runs without neurons skipped),
  * their neurons in run_rows[0], the other counts 0. What a device hands back. */

@@ -84,7 +84,7 @@ static void *hot_thread(void *arg) {
         const ffn_rows *w = &dev->copy.layers[job->L - c->model->layers];
         /* the device's own hidden layer slot, computed by this thread alone (the pool is the CPU's) */
         const pi_act hq = pi_ffn_hidden(job, w, PI_HIDDEN_DEVICE, 1);
-        for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r);
+        for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r, 1);
         pi_ffn_fold_hot(c, job->hot_runs); /* handed back as one vector, as a GPU hands it */
         pthread_mutex_lock(&dev->lock);
         dev->busy = 0;
