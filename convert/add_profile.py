@@ -72,7 +72,7 @@ VAL_SHARE = 0.125                      # share of the calibration chunks held ba
 GLU_TARGETS = [0.3, 0.4, 0.5, 0.6]     # candidate sparsity targets (share of neurons skipped per token)
 DEFAULT_TARGET = 0.5                   # where the search starts; the choice when no search can run
 DEFAULT_MAX_PPL_INCREASE = 3.0         # percent
-RELU_RECALLS = [0.9, 0.95, 0.98, 0.99]  # ReLU models: candidates differ by recall target only
+RELU_RECALLS = [0.9, 0.95, 0.97, 0.98, 0.99]  # ReLU models: candidates differ by recall target only
 DEFAULT_RECALL = 0.95
 DENSER_RECALLS = [0.99, 0.98]           # GLU models: the search's last resorts, on the densest target
 Q4_0 = GGMLQuantizationType.Q4_0
@@ -136,38 +136,63 @@ def _encode_predictor(fc1: np.ndarray, fc2: np.ndarray, qtype) -> tuple[np.ndarr
     return e1, e2, write.decode_weight(e1, qtype).reshape(fc1.shape), write.decode_weight(e2, qtype).reshape(fc2.shape)
 
 
+def _fit_layer(p: prof.Profile, target: int, layer: int, rank: int, *, epochs: int, recall: float,
+               init: predictor.Predictor | None) -> tuple[LayerFit, float]:
+    """One layer's predictor at `rank`, stored in the smallest of Q4_0 and Q8_0 (both row lengths
+    (n_embd, r) multiples of 32) that costs at most 0.01 of predicted sparsity at the target
+    recall on validation tokens, else F16; and that sparsity."""
+    t0 = time.perf_counter()
+    x = p.ffn_in[layer, :p.n_train].astype(np.float32)
+    y, w = p.layer_targets(target, layer, slice(0, p.n_train))
+    pred = predictor.train(x, lambda rows: (y[rows], w[rows]), p.n_ff, rank, epochs=epochs, seed=layer, init=init)
+    xv = p.ffn_in[layer, p.n_train:].astype(np.float32)
+    yv, wv = p.layer_targets(target, layer, slice(p.n_train, None))
+    options = [F16]
+    if p.n_embd % 32 == 0 and rank % 32 == 0:
+        options[:0] = [Q4_0, Q8_0]
+    ref_sparsity = None
+    for qtype in reversed(options):  # F16 first: the reference
+        e1, e2, d1, d2 = _encode_predictor(pred.fc1, pred.fc2, qtype)
+        z = predictor.Predictor(d1, d2).logits(xv)
+        sp = predictor.choose_threshold(z, yv, wv, recall).sparsity
+        if ref_sparsity is None:
+            ref_sparsity = sp
+        if qtype == F16 or sp >= ref_sparsity - 0.01:
+            chosen = (qtype, e1, e2, z, sp)
+    qtype, e1, e2, z, sp = chosen
+    fit = LayerFit(rank=rank, qtype=qtype, fc1=e1, fc2=e2, val_logits=z, seconds=time.perf_counter() - t0,
+                   trained=pred)
+    return fit, sp
+
+
 def step_train(p: prof.Profile, target: int, ranks: list[int], *, epochs: int, recall: float,
-               init: list[LayerFit] | None = None, bar: progress.JobBar | None = None) -> list[LayerFit]:
-    """A predictor per layer for label set `target`. fc1/fc2 are stored in the smallest of Q4_0
-    and Q8_0 (both row lengths (n_embd, r) multiples of 32) that costs at most 0.01 of predicted sparsity
-    at the target recall on validation tokens, else F16; thresholds are later chosen on the
-    stored (decoded) weights, so they hold for what the runtime reads. `init`: another label
-    set's fits to start from."""
+               row_bytes: list[float] | None = None, init: list[LayerFit] | None = None,
+               bar: progress.JobBar | None = None) -> list[LayerFit]:
+    """A predictor per layer for label set `target` (_fit_layer); thresholds are later chosen on
+    the stored (decoded) weights, so they hold for what the runtime reads. With `row_bytes`
+    (per layer, the bytes of one neuron's gate and up rows), each layer's rank is chosen: up
+    predictor.rank_ladder(ranks[layer]) while a larger rank lowers what a token reads, the
+    predictor's bytes plus the gate and up rows of the neurons it picks at `recall`. `init`:
+    another label set's fits to start from, at their ranks."""
     fits = []
     tick = (bar or progress.JobBar({}, enabled=False)).stage("train", f"train s={p.targets[target]:.2f}", p.n_layer)
     for layer in range(p.n_layer):
-        t0 = time.perf_counter()
-        x = p.ffn_in[layer, :p.n_train].astype(np.float32)
-        y, w = p.layer_targets(target, layer, slice(0, p.n_train))
-        pred = predictor.train(x, lambda rows: (y[rows], w[rows]), p.n_ff, ranks[layer], epochs=epochs, seed=layer,
-                               init=init[layer].trained if init else None)
-        xv = p.ffn_in[layer, p.n_train:].astype(np.float32)
-        yv, wv = p.layer_targets(target, layer, slice(p.n_train, None))
-        options = [F16]
-        if p.n_embd % 32 == 0 and ranks[layer] % 32 == 0:
-            options[:0] = [Q4_0, Q8_0]
-        ref_sparsity = None
-        for qtype in reversed(options):  # F16 first: the reference
-            e1, e2, d1, d2 = _encode_predictor(pred.fc1, pred.fc2, qtype)
-            z = predictor.Predictor(d1, d2).logits(xv)
-            sp = predictor.choose_threshold(z, yv, wv, recall).sparsity
-            if ref_sparsity is None:
-                ref_sparsity = sp
-            if qtype == F16 or sp >= ref_sparsity - 0.01:
-                chosen = (qtype, e1, e2, z)
-        qtype, e1, e2, z = chosen
-        fits.append(LayerFit(rank=ranks[layer], qtype=qtype, fc1=e1, fc2=e2, val_logits=z,
-                             seconds=time.perf_counter() - t0, trained=pred))
+        if init:
+            ladder = [init[layer].rank]
+        else:
+            ladder = predictor.rank_ladder(ranks[layer]) if row_bytes else [ranks[layer]]
+        best, best_bytes = None, float("inf")
+        for rank in ladder:
+            fit, sparsity = _fit_layer(p, target, layer, rank, epochs=epochs, recall=recall,
+                                       init=init[layer].trained if init else None)
+            read = (fit.fc1.nbytes + fit.fc2.nbytes + (1.0 - sparsity) * p.n_ff * row_bytes[layer]) if row_bytes else 0.0
+            spent = fit.seconds + (best.seconds if best else 0.0)
+            if best is not None and read >= best_bytes:
+                best.seconds = spent
+                break
+            fit.seconds = spent
+            best, best_bytes = fit, read
+        fits.append(best)
         tick(1)
     return fits
 
@@ -221,6 +246,13 @@ class Chooser:
         self.search_types = [write.down_t_type(dt, wt.shape[1], args.down_t_type) for wt, dt in self.down_t_float]
         self.down_t = self.down_t_tensors(self.search_types)
         self.dense_ppl = float(np.exp(p.dense_val_nll))
+        # per layer, the bytes of one neuron's gate and up rows: what a predicted neuron costs, for
+        # choosing each layer's predictor rank (None with --rank: that rank everywhere)
+        by_name = {t.name: t for t in reader.tensors}
+        self.row_bytes = None if args.rank is not None else [
+            sum(int(by_name[n].n_bytes) for n in (f"blk.{layer}.ffn_gate.weight", f"blk.{layer}.ffn_up.weight")
+                if n in by_name) / p.n_ff
+            for layer in range(p.n_layer)]
         self.evaluate = evaluate or self._native_eval
         self.evaluated: list[Candidate] = []
 
@@ -252,6 +284,7 @@ class Chooser:
             near = min(self.fits, key=lambda t: abs(self.p.targets[t] - self.p.targets[target]), default=None)
             epochs = self.args.epochs if near is None else max(1, self.args.epochs // 2)
             self.fits[target] = step_train(self.p, target, self.ranks, epochs=epochs, recall=recall,
+                                           row_bytes=self.row_bytes,
                                            init=self.fits.get(near), bar=self.bar)
         fits = self.fits[target]
         cand = Candidate(target=target, recall=recall, sparsity_target=self.p.targets[target],
@@ -416,7 +449,8 @@ def parse_args(argv=None):
     ap.add_argument("-o", "--output", type=Path, help="output GGUF (default: <stem>.powerinfer.gguf beside the input)")
     ap.add_argument("--corpus", type=Path, help="calibration text file (default: pydoc_data.topics calibration split)")
     ap.add_argument("--tokens", type=int, default=12288, help="calibration tokens (default 12288)")
-    ap.add_argument("--rank", type=int, help="predictor rank for every layer (default: ~n_ff/24, a multiple of 32)")
+    ap.add_argument("--rank", type=int, help="predictor rank for every layer (default: per layer, the rank of "
+                    "64, 128, ... up to ~n_ff/24 past which a token would read more bytes)")
     ap.add_argument("--max-ppl-increase", type=float, default=DEFAULT_MAX_PPL_INCREASE, metavar="P",
                     help="pick the sparsest setting within P%% of dense validation perplexity, measured by the "
                          f"native sparse runtime (default {DEFAULT_MAX_PPL_INCREASE})")

@@ -72,6 +72,13 @@ def default_rank(n_embd: int, n_ff: int) -> int:
     return max(64, 64 * int(round(n_ff / 24 / 64)))
 
 
+def rank_ladder(max_rank: int) -> list[int]:
+    """The ranks a layer's predictor is tried at, smallest first: 64, 128, 256, ... below
+    max_rank, then max_rank itself."""
+    ladder = [r for r in (64 << i for i in range(12)) if r < max_rank]
+    return ladder + [max_rank]
+
+
 def train(x: np.ndarray, targets, n_ff: int, rank: int, *, epochs: int = 4, batch: int = 256,
           lr: float = 1e-2, pos_weight: float | None = None, seed: int = 0, init: Predictor | None = None) -> Predictor:
     """Fit fc1/fc2 to the active sets of the rows of x [N, n_embd].

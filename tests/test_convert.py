@@ -294,6 +294,30 @@ def test_choose_threshold_is_the_weighted_quantile():
         assert q.threshold == pytest.approx(float(best))
 
 
+def test_rank_ladder():
+    assert predictor.rank_ladder(256) == [64, 128, 256]
+    assert predictor.rank_ladder(64) == [64]
+    assert predictor.rank_ladder(192) == [64, 128, 192]
+
+
+def test_each_layer_climbs_the_rank_ladder_only_while_a_token_reads_less():
+    """Free rows (row_bytes 0): a larger predictor only adds bytes, so every layer keeps the
+    smallest rank; without row_bytes (--rank) every layer takes the rank given."""
+    rng = np.random.default_rng(0)
+    n_layer, n_tok, n_embd, n_ff = 2, 512, 64, 96
+    act = np.where(rng.random((n_layer, n_tok, n_ff)) < 0.2, rng.random((n_layer, n_tok, n_ff)), 0.0)
+    p = prof.Profile(activation="relu_glu", n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, targets=[0.8],
+                ffn_in=rng.standard_normal((n_layer, n_tok, n_embd)).astype(np.float16),
+                act_abs=act.astype(np.float16), kth=np.zeros((1, n_layer, n_tok), np.float16),
+                mean_abs_act=act.mean(axis=1).astype(np.float32),
+                nonzero_share=(act > 0).mean(axis=1).astype(np.float32), n_train=384, val_chunks=[],
+                dense_val_nll=1.0, tokens_per_s=1.0, seconds=1.0)
+    chosen = add_profile.step_train(p, 0, [256] * n_layer, epochs=1, recall=0.95, row_bytes=[0.0] * n_layer)
+    assert [f.rank for f in chosen] == [64, 64]
+    given = add_profile.step_train(p, 0, [128] * n_layer, epochs=1, recall=0.95)
+    assert [f.rank for f in given] == [128, 128]
+
+
 def test_default_rank():
     assert predictor.default_rank(576, 1536) == 64
     assert predictor.default_rank(64, 96) == 64
