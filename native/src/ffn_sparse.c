@@ -164,7 +164,8 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
 
 /* The CPU side: threads claim units one at a time, all reading the job's hidden layer. A unit
  * is one of the hot runs the CPU computes without a device (one at a time, as a device does, so
- * the sums agree), or a group of up to job->group cold runs (fewer, longer kernel calls). */
+ * the sums agree), a group of up to job->group cold runs (fewer, longer kernel calls), or one of
+ * the last job->tail cold runs, taken singly so the threads finish together. */
 static void cpu_worker(void *arg, int ith, int nth) {
     ffn_job *job = arg;
     const pi_layer *L = job->L;
@@ -172,8 +173,14 @@ static void cpu_worker(void *arg, int ith, int nth) {
     for (;;) {
         const int u = atomic_fetch_add_explicit(&job->next_unit, 1, memory_order_relaxed);
         if (u >= job->n_units) break;
-        const int r = u < job->singles ? u : job->hot_runs + (u - job->singles) * job->group;
-        const int runs = u < job->singles ? 1 : job->n_runs - r < job->group ? job->n_runs - r : job->group;
+        int r = u, runs = 1; /* a hot run, or one of the last cold ones */
+        const int k = u - job->singles, grouped_end = job->n_runs - job->tail;
+        if (k >= 0 && k < job->n_groups) {
+            r = job->hot_runs + k * job->group;
+            runs = grouped_end - r < job->group ? grouped_end - r : job->group;
+        } else if (k >= 0) {
+            r = grouped_end + (k - job->n_groups);
+        }
         pi_ffn_run(job, &w, job->hidden, r, runs);
     }
     (void)ith;
@@ -235,11 +242,15 @@ static ffn_job job_for(pi_context *c, int layer, pi_act x) {
     ffn_job job = { .c = c, .L = L, .x = x, .threshold = L->threshold + c->params.sparse_threshold_shift,
                     .layout = c->layout ? c->layout + (size_t)layer * n_ff : NULL,
                     .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
-    /* groups of cold runs: at most 4, and at least 6 units (for balance), from the model alone
-     * so the sums do not depend on the thread count */
+    /* groups of cold runs: at most 4, and at least 6 units (for balance), then the last group's
+     * worth singly; from the model and the split alone, so the sums do not depend on the thread
+     * count */
+    const int cold = job.n_runs - job.hot_runs;
     job.group = job.n_runs / 6 < 1 ? 1 : job.n_runs / 6 > 4 ? 4 : job.n_runs / 6;
+    job.tail = job.group > 1 && cold > job.group ? job.group : 0;
+    job.n_groups = (cold - job.tail + job.group - 1) / job.group;
     job.singles = split_device(c) ? 0 : job.hot_runs;
-    job.n_units = job.singles + (job.n_runs - job.hot_runs + job.group - 1) / job.group;
+    job.n_units = job.singles + job.n_groups + job.tail;
     atomic_init(&job.next_unit, 0);
     choose_first(c, layer, &job);
     return job;

@@ -32,7 +32,7 @@ typedef struct ffn_job {
     float threshold;
     const int32_t *layout;  /* [n_ff] the neuron at each position, or NULL: the identity */
     int hot_runs, n_runs;
-    int group, singles, n_units; /* the CPU's units of work (ffn_sparse.c's cpu_worker) */
+    int group, n_groups, tail, singles, n_units; /* the CPU's units of work (ffn_sparse.c's cpu_worker) */
     atomic_int next_unit;   /* the CPU threads' next unit */
     int first;              /* PI_FFN_FIRST_*: which of gate and up is computed first */
     int probe;              /* compute both and count their positives (ffn_sparse.c's choose_first) */
