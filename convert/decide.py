@@ -94,17 +94,20 @@ def _decode_chunk(ctx, toks: np.ndarray, timed: range) -> tuple[float, float]:
     return nll, seconds
 
 
-def measure(path, chunks: list[np.ndarray], *, n_threads: int,
-            tick: Callable[[int], None] | None = None) -> Measured:
+def measure(path, chunks: list[np.ndarray], *, n_threads: int, tick: Callable[[int], None] | None = None,
+            dense: Measured | None = None) -> Measured:
     """Token-by-token perplexity of `chunks`, dense (sparse off) and sparse (sparse decode), from
     two contexts of the same file, threads and size, taking turns chunk by chunk; the decode
     speed of each is the best of its first SPEED_REPEATS chunks' SPEED_STEPS steps after the
-    first SPEED_PROMPT tokens (the tokens are fed, not sampled, so only decode is timed)."""
+    first SPEED_PROMPT tokens (the tokens are fed, not sampled, so only decode is timed).
+    `dense`: an earlier measurement of the same model and chunks whose dense figures are kept
+    (dense decode does not read the predictors), so only the sparse side runs."""
     if len(chunks) < SPEED_REPEATS or len(chunks[0]) <= SPEED_PROMPT + SPEED_STEPS:
         raise ValueError(f"measure needs {SPEED_REPEATS} chunks of over {SPEED_PROMPT + SPEED_STEPS} tokens")
-    runs = [_context(path, max(len(c) for c in chunks), sparse, n_threads) for sparse in (0, 1)]
+    modes = (1,) if dense else (0, 1)
+    runs = [_context(path, max(len(c) for c in chunks), sparse, n_threads) for sparse in modes]
     timed = range(SPEED_PROMPT, SPEED_PROMPT + SPEED_STEPS)
-    nll, best, count = [0.0, 0.0], [np.inf, np.inf], 0
+    nll, best, count = [0.0] * len(runs), [np.inf] * len(runs), 0
     try:
         for j, toks in enumerate(chunks):
             for k, (_, ctx) in enumerate(runs):
@@ -115,15 +118,16 @@ def measure(path, chunks: list[np.ndarray], *, n_threads: int,
                 if tick:
                     tick(1)
             count += len(toks) - 1
-        stats = runs[1][1].stats()
+        stats = runs[-1][1].stats()
     finally:
         for model, ctx in runs:
             ctx.close()
             model.close()
     rows = stats["ffn_rows_done"] / stats["ffn_rows_dense"] if stats["ffn_rows_dense"] else 1.0
-    return Measured(dense_ppl=float(np.exp(nll[0] / count)), sparse_ppl=float(np.exp(nll[1] / count)),
-                    rows_share=float(rows), dense_tok_s=SPEED_STEPS / best[0], sparse_tok_s=SPEED_STEPS / best[1],
-                    tokens=count)
+    dense_ppl = dense.dense_ppl if dense else float(np.exp(nll[0] / count))
+    dense_tok_s = dense.dense_tok_s if dense else SPEED_STEPS / best[0]
+    return Measured(dense_ppl=dense_ppl, sparse_ppl=float(np.exp(nll[-1] / count)), rows_share=float(rows),
+                    dense_tok_s=dense_tok_s, sparse_tok_s=SPEED_STEPS / best[-1], tokens=count)
 
 
 def decide(m: Measured, *, max_ppl_increase: float, min_speedup: float = DEFAULT_MIN_SPEEDUP) -> tuple[bool, str]:

@@ -77,6 +77,31 @@ def test_dense_wins_on_the_swiglu_model(swiglu_loses):
     assert "dense chosen" in reason and "0.80x dense decode (assumed)" in reason and "under 1.1x" in reason
 
 
+def test_a_winner_over_budget_held_out_falls_back_to_denser_settings(tmp_path, monkeypatch):
+    """The search's winner (recall 0.90 here: every candidate passes a 25% validation budget)
+    costs too much held out, in this stand-in for decide.measure, below recall 0.97: the
+    converter measures the next denser settings and writes the first that passes, sparse."""
+    real = decide.measure
+    seen = []
+
+    def measure(path, chunks, *, n_threads, tick=None, dense=None):
+        recall = float(GGUFReader(path).fields["powerinfer.target_recall"].contents())
+        seen.append((round(recall, 2), dense is not None))
+        m = dense or real(path, chunks, n_threads=n_threads, tick=tick)
+        return decide.Measured(dense_ppl=m.dense_ppl, sparse_ppl=m.dense_ppl * (1.01 if recall >= 0.97 else 1.3),
+                               rows_share=0.5, dense_tok_s=100.0, sparse_tok_s=200.0)
+
+    monkeypatch.setattr(decide, "measure", measure)
+    src = write_llama_gguf(tmp_path / "bamboo.gguf", arch="bamboo", n_ff=256)
+    out = tmp_path / "bamboo.powerinfer.gguf"
+    rep = convert(src, out, "--max-ppl-increase", "25")
+    assert seen == [(0.9, False), (0.95, True), (0.97, True)]  # dense measured once
+    on, reason = keys(out)
+    assert on is True and reason.startswith("sparse: 2.00x dense decode at +1.0% held-out ppl")
+    assert float(GGUFReader(out).fields["powerinfer.target_recall"].contents()) == pytest.approx(0.97)
+    assert rep["decision"]["sparse_default"] is True
+
+
 def test_decide_rule():
     m = decide.Measured(dense_ppl=10.0, sparse_ppl=10.2, rows_share=0.3, dense_tok_s=100.0, sparse_tok_s=190.0)
     assert decide.decide(m, max_ppl_increase=3.0) == (True, "sparse: 1.90x dense decode at +2.0% held-out ppl, "
