@@ -70,7 +70,7 @@ FORMAT_VERSION = 1
 N_CTX = 256
 VAL_SHARE = 0.125                      # share of the calibration chunks held back for thresholds/ppl
 GLU_TARGETS = [0.3, 0.4, 0.5, 0.6]     # candidate sparsity targets (share of neurons skipped per token)
-DEFAULT_TARGET = 0.5                   # where the search starts; the choice when no search can run
+DEFAULT_TARGET = 0.5                   # the choice when no search can run (a search starts at the densest)
 DEFAULT_MAX_PPL_INCREASE = 3.0         # percent
 RELU_RECALLS = [0.9, 0.95, 0.97, 0.98, 0.99]  # ReLU models: candidates differ by recall target only
 DEFAULT_RECALL = 0.95
@@ -260,13 +260,19 @@ class Chooser:
         return [write.down_t_tensor(layer, wt, t) for layer, ((wt, _), t) in enumerate(zip(self.down_t_float, types))]
 
     def start_index(self, settings: list[tuple[int, float]], forced_target: float | None) -> int:
-        """The first candidate: --sparsity-target (or DEFAULT_TARGET) for GLU models, --recall
-        (or DEFAULT_RECALL) for ReLU models."""
+        """The first candidate: --sparsity-target, else the densest target (DEFAULT_TARGET without a
+        search) at --recall (or DEFAULT_RECALL) for GLU models; --recall (or DEFAULT_RECALL) for
+        ReLU models."""
         if self.p.relu:
             want = self.args.recall or DEFAULT_RECALL
             return int(np.argmin([abs(r - want) for _, r in settings]))
-        want = DEFAULT_TARGET if forced_target is None else forced_target
-        return int(np.argmin([abs(self.p.targets[t] - want) for t, _ in settings]))
+        if forced_target is not None:
+            want = forced_target
+        else:  # a search starts at the densest target: GLU models are mostly dense by nature (DESIGN)
+            want = DEFAULT_TARGET if self.args.max_ppl_increase is None else min(self.p.targets)
+        recall = self.args.recall or DEFAULT_RECALL
+        plain = [i for i, (_, r) in enumerate(settings) if r == recall]  # not the denser recalls
+        return min(plain, key=lambda i: abs(self.p.targets[settings[i][0]] - want))
 
     def settings(self) -> list[tuple[int, float]]:
         """(label set, recall) candidates, densest first."""
@@ -318,7 +324,7 @@ class Chooser:
 def step_choose(ch: Chooser, max_increase: float | None, forced_target: float | None) -> Candidate:
     """The sparsest candidate whose validation perplexity, measured by the native sparse
     runtime, is within max_increase % of dense. Perplexity is taken to grow with sparsity, so
-    the search starts at the default setting and walks one way: sparser while it passes,
+    the search starts at start_index and walks one way: sparser while it passes,
     denser until it passes. Without --max-ppl-increase, with --sparsity-target, or when the
     runtime does not run the predictors (it reports every FFN row computed), that first
     candidate is the result (its measured numbers are still reported)."""

@@ -406,7 +406,7 @@ def test_search_picks_the_sparsest_setting_within_the_budget(tmp_path, model, bu
         rep = add_profile.convert(args, evaluate=fake_eval)
     chosen = (rep["chosen"]["sparsity_target"], rep["chosen"]["target_recall"])
     assert chosen == pytest.approx(expected)
-    assert seen[0] == (0.5, 0.95)  # the walk starts at the default
+    assert seen[0] == (0.3, 0.95)  # the walk starts at the densest target
     r = GGUFReader(out)
     assert r.fields["powerinfer.sparsity_target"].contents() == pytest.approx(expected[0])
     assert r.fields["powerinfer.target_recall"].contents() == pytest.approx(expected[1])
@@ -416,7 +416,7 @@ def test_search_picks_the_sparsest_setting_within_the_budget(tmp_path, model, bu
 
 def test_no_search_when_the_runtime_runs_dense(tmp_path, model):
     """A runtime without the sparse path reports every FFN row computed under sparse=2: the
-    perplexity says nothing then, so the default target is kept and flagged unmeasured."""
+    perplexity says nothing then, so the first (densest) target is kept and flagged unmeasured."""
     seen = []
 
     def dense_eval(cand):
@@ -427,7 +427,7 @@ def test_no_search_when_the_runtime_runs_dense(tmp_path, model):
     out = tmp_path / "o.gguf"
     args = add_profile.parse_args([str(model), "-o", str(out), "--max-ppl-increase", "1", *FAST])
     rep = add_profile.convert(args, evaluate=dense_eval)
-    assert seen == [0.5] and rep["chosen"]["sparsity_target"] == 0.5
+    assert seen == [0.3] and rep["chosen"]["sparsity_target"] == 0.3
     assert rep["ppl_measured_sparse"] is False
 
 
@@ -437,8 +437,8 @@ def test_search_with_the_native_runtime(tmp_path, model):
     rep = add_profile.convert(args)
     if not rep["ppl_measured_sparse"]:
         pytest.skip("native sparse path (sparse=2) not available yet: it computed every FFN row")
-    # a huge budget: the walk goes from 0.5 up to the sparsest target
-    assert [c["sparsity_target"] for c in rep["candidates"]] == [0.5, 0.6]
+    # a huge budget: the walk goes from the densest target up to the sparsest
+    assert [c["sparsity_target"] for c in rep["candidates"]] == [0.3, 0.4, 0.5, 0.6]
     assert rep["chosen"]["sparsity_target"] == 0.6
     assert all(c["eval"]["ffn_rows_share"] < 1.0 for c in rep["candidates"])
     assert leftovers(tmp_path) == []
