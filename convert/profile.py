@@ -138,21 +138,24 @@ def run_profile(model, tokens_train: list[np.ndarray], tokens_val: list[np.ndarr
     abs_sum = np.zeros((n_layer, n_ff), dtype=np.float64)
     nonzero = np.zeros((n_layer, n_ff), dtype=np.int64)
 
-    ctx = NativeContext(model, n_ctx=n_ctx, n_batch=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                        logits_all=True, sparse=0)
+    # training chunks need no logits (the output matrix is a fifth of SmolLM2's prefill), the
+    # validation ones every position's, for their dense log-likelihood
+    ctxs = [NativeContext(model, n_ctx=n_ctx, n_batch=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                          logits_all=every, sparse=0) for every in (False, True)]
     nll_sum, nll_n = 0.0, 0
     t0 = time.perf_counter()
     try:
-        ctx.set_capture(cap_in, cap_act)
+        for ctx in ctxs:
+            ctx.set_capture(cap_in, cap_act)
         at = 0
         for i, toks in enumerate(tqdm(chunks, desc="profile", unit="chunk", disable=not progress or tick is not None,
                                       leave=False)):
             n = len(toks)
             if i >= len(tokens_train):  # validation chunk: also its dense log-likelihood
-                s, c = chunk_nll(ctx, toks)
+                s, c = chunk_nll(ctxs[1], toks)
                 nll_sum, nll_n = nll_sum + s, nll_n + c
             else:
-                ctx.decode(toks, 0)
+                ctxs[0].decode(toks, 0)
             ffn_in[:, at:at + n] = cap_in[:, :n]
             mag = np.abs(cap_act[:, :n])
             abs_sum += mag.sum(axis=1)
@@ -165,9 +168,11 @@ def run_profile(model, tokens_train: list[np.ndarray], tokens_val: list[np.ndarr
             at += n
             if tick:
                 tick(1)
-        ctx.set_capture(None, None)
+        for ctx in ctxs:
+            ctx.set_capture(None, None)
     finally:
-        ctx.close()
+        for ctx in ctxs:
+            ctx.close()
     seconds = time.perf_counter() - t0
     if relu:
         targets = [float(1.0 - nonzero.sum() / (n_total * n_layer * n_ff))]
