@@ -86,9 +86,15 @@ static int gate_and_up(const ffn_job *job, const ffn_rows *w, int32_t *pos, int3
     const pi_weight *fw = up_first ? &w->up : &w->gate, *sw = up_first ? &w->gate : &w->up;
     const float *fb = up_first ? job->L->ffn_up_b : job->L->ffn_gate_b, *sb = up_first ? job->L->ffn_gate_b : job->L->ffn_up_b;
     float *f = up_first ? u : g, *sv = up_first ? g : u;
+    const int both = job->first == PI_FFN_FIRST_BOTH || job->probe;
+    prefetch_rows(fw, rows, n);
+    if (both) {
+        prefetch_rows(sw, rows, n);
+        prefetch_rows(&w->down_t, rows, n);
+    }
     k->matmul[fw->type](fw->data, fw->row_bytes, rows, 0, n, job->x, 1, f, n);
     add_bias_rows(f, fb, job->layout, pos, n);
-    if (job->first == PI_FFN_FIRST_BOTH || job->probe) {
+    if (both) {
         k->matmul[sw->type](sw->data, sw->row_bytes, rows, 0, n, job->x, 1, sv, n);
         add_bias_rows(sv, sb, job->layout, pos, n);
         *bytes = (int64_t)n * (int64_t)(fw->row_bytes + sw->row_bytes);
@@ -137,16 +143,12 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
     c->run_rows[r] = n;
     c->run_bytes[r] = 0;
     if (n == 0) return 0;
-    const int both = job->first == PI_FFN_FIRST_BOTH || job->probe || !w->gate.data;
-    prefetch_rows(job->first == PI_FFN_FIRST_UP ? &w->up : &w->gate, rows, n); /* no gate: a no-op */
-    if (both) {
-        prefetch_rows(&w->up, rows, n);
-        prefetch_rows(&w->down_t, rows, n);
-    }
     int kept = n;
     if (w->gate.data) {
         kept = gate_and_up(job, w, pos, rows, n, g, u, &c->run_bytes[r]);
     } else { /* no gate (opt, falcon): act(up x) */
+        prefetch_rows(&w->up, rows, n);
+        prefetch_rows(&w->down_t, rows, n);
         k->matmul[w->up.type](w->up.data, w->up.row_bytes, rows, 0, n, job->x, 1, g, n);
         add_bias_rows(g, job->L->ffn_up_b, job->layout, pos, n);
         c->run_bytes[r] = (int64_t)n * (int64_t)w->up.row_bytes;
@@ -162,14 +164,19 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
     return n;
 }
 
+/* the rows the CPU reads: the model's mapped tensors, by the job's layout */
+static ffn_rows cpu_rows(const ffn_job *job) {
+    const pi_layer *L = job->L;
+    return (ffn_rows){ L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
+}
+
 /* The CPU side: threads claim units one at a time, all reading the job's hidden layer. A unit
  * is one of the hot runs the CPU computes without a device (one at a time, as a device does, so
  * the sums agree), a group of up to job->group cold runs (fewer, longer kernel calls), or one of
  * the last job->tail cold runs, taken singly so the threads finish together. */
 static void cpu_worker(void *arg, int ith, int nth) {
     ffn_job *job = arg;
-    const pi_layer *L = job->L;
-    const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
+    const ffn_rows w = cpu_rows(job);
     for (;;) {
         const int u = atomic_fetch_add_explicit(&job->next_unit, 1, memory_order_relaxed);
         if (u >= job->n_units) break;
@@ -205,8 +212,6 @@ void pi_ffn_fold_hot(pi_context *c, int hot_runs) {
 /* the device of the split, when the context has one (a device may hold whole layers only) */
 static pi_device *split_device(const pi_context *c) { return c->hot_runs ? c->device : NULL; }
 
-/* one token's job for layer `layer`: the split's device takes runs [0, hot_runs), the CPU threads
- * the rest; without one the CPU takes them all */
 enum { PROBE_EVERY = 32 }; /* a relu(gate) * relu(up) layer re-measures its factors this often */
 
 /* Which factor of a layer's neurons is computed first (gate_and_up): relu(gate) * up: gate;
@@ -269,8 +274,7 @@ static void cpu_runs(pi_context *c, ffn_job *job, float *cold) {
     const int d = c->model->info.n_embd;
     const int first_cold = job->hot_runs;
     if (job->n_units > 0) { /* the device may hold every run */
-        const pi_layer *L = job->L;
-        const ffn_rows w = { L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
+        const ffn_rows w = cpu_rows(job);
         job->hidden = pi_ffn_hidden(job, &w, PI_HIDDEN_CPU, c->params.n_threads);
         pi_threadpool_run(c->pool, cpu_worker, job, c->params.n_threads);
     }
