@@ -181,17 +181,16 @@ def step_train(p: prof.Profile, target: int, ranks: list[int], *, epochs: int, r
             ladder = [init[layer].rank]
         else:
             ladder = predictor.rank_ladder(ranks[layer]) if row_bytes else [ranks[layer]]
-        best, best_bytes = None, float("inf")
+        best, best_bytes, seconds = None, float("inf"), 0.0
         for rank in ladder:
             fit, sparsity = _fit_layer(p, target, layer, rank, epochs=epochs, recall=recall,
                                        init=init[layer].trained if init else None)
+            seconds += fit.seconds
             read = (fit.fc1.nbytes + fit.fc2.nbytes + (1.0 - sparsity) * p.n_ff * row_bytes[layer]) if row_bytes else 0.0
-            spent = fit.seconds + (best.seconds if best else 0.0)
             if best is not None and read >= best_bytes:
-                best.seconds = spent
                 break
-            fit.seconds = spent
             best, best_bytes = fit, read
+        best.seconds = seconds  # the layer's training time, every rank tried
         fits.append(best)
         tick(1)
     return fits
