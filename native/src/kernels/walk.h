@@ -118,6 +118,12 @@ INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintp
 INLINE void walk_tiles(int type, int TR, int TT, const void *W, size_t row_bytes, const int32_t *idx, int r0,
                        int nr, pi_act x, int nt, float *Y, int y_stride) {
     const int ahead_rows = pi_prefetch_rows(row_bytes, TR);
+    if (idx) /* the rows the tiles' look-ahead skips at the start, whole at once (as axpy_walk) */
+        for (int i = TR; i < nr && i < ahead_rows; i++) {
+            const uintptr_t row = (uintptr_t)pi_matmul_row(W, row_bytes, idx, r0, i);
+            for (uintptr_t line = row & ~(uintptr_t)63; line < row + row_bytes; line += 64)
+                _mm_prefetch((const char *)line, _MM_HINT_T1);
+        }
     for (int i = 0; i < nr;) {
         const int R = nr - i >= TR ? TR : 1;
         const uint8_t *rows[MAX_TILE_ROWS];
