@@ -11,12 +11,12 @@ import json
 import multiprocessing
 import os
 import random
-import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ._logger import log_info, set_verbose
 from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool, response_format_grammar,
                    tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
@@ -70,6 +70,7 @@ class Llama:
         **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
     ):
         self.verbose = verbose
+        set_verbose(verbose)  # as llama-cpp-python: the library's logger follows the last Llama made
         self.model_path = model_path
         self._lock = threading.RLock()  # one native call and its bookkeeping at a time
         # one completion at a time: held from a completion's start to its last chunk, released by
@@ -122,16 +123,14 @@ class Llama:
                        sparse=mode, sparse_threshold_shift=sparse_threshold_shift,
                        embeddings=embedding)
         self._ctx, self.placement = open_context(self._model, options, n_gpu_layers=n_gpu_layers,
-                                                 vram_budget=vram_budget, hybrid_device=hybrid_device,
-                                                 verbose=verbose)
+                                                 vram_budget=vram_budget, hybrid_device=hybrid_device)
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
         self.scores = self._ctx.logits
         self._sampler = Sampler(self._n_vocab, self._seed)
-        if verbose:
-            print(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
-                  f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}", file=sys.stderr)
+        log_info(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
+                 f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}")
 
     # ---- properties llama-cpp-python exposes ----
     @property

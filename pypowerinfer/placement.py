@@ -12,6 +12,7 @@ import warnings
 from typing import Optional, Tuple
 
 from ._ffi import UnsupportedError
+from ._logger import log_info
 from .model import Device, LayerPlacement, NativeContext, NativeModel, Placement, cuda_device_count
 
 __all__ = ["AUTO_RESERVE", "HYBRID_DEVICES", "LayerPlacement", "Placement", "cuda_free_bytes", "open_context",
@@ -63,16 +64,15 @@ def parse_budget(value, model_bytes: int) -> int:
                          f"not {value!r}") from None
 
 
-def open_context(model: NativeModel, options: dict, *, n_gpu_layers: int, vram_budget, hybrid_device: str,
-                 verbose: bool) -> Tuple[NativeContext, Optional[Placement]]:
+def open_context(model: NativeModel, options: dict, *, n_gpu_layers: int, vram_budget,
+                 hybrid_device: str) -> Tuple[NativeContext, Optional[Placement]]:
     """Llama's context for its options (NativeContext's keywords, less the device ones) and its
-    device arguments, and the placement when vram_budget places neurons (its table printed with
-    verbose)."""
-    split, placement = _split(model, vram_budget, hybrid_device, verbose)
-    return _offload(model, {**options, **split}, n_gpu_layers, hybrid_device, verbose), placement
+    device arguments, and the placement when vram_budget places neurons (its table logged, _logger.py)."""
+    split, placement = _split(model, vram_budget, hybrid_device)
+    return _offload(model, {**options, **split}, n_gpu_layers, hybrid_device), placement
 
 
-def _split(model: NativeModel, vram_budget, hybrid_device: str, verbose: bool) -> Tuple[dict, Optional[Placement]]:
+def _split(model: NativeModel, vram_budget, hybrid_device: str) -> Tuple[dict, Optional[Placement]]:
     """NativeContext's device and vram_budget for the hot/cold split, and its placement."""
     if hybrid_device != "auto" and hybrid_device not in HYBRID_DEVICES:
         raise ValueError(f"hybrid_device must be 'auto', 'cuda', 'host' or 'none', not {hybrid_device!r}")
@@ -86,13 +86,11 @@ def _split(model: NativeModel, vram_budget, hybrid_device: str, verbose: bool) -
             warnings.warn("vram_budget: no CUDA device, so every neuron runs on the CPU", stacklevel=4)
             return {}, None
     placement = model.plan(budget)
-    if verbose:
-        print(placement.table(), file=sys.stderr)
+    log_info(placement.table())
     return {"device": HYBRID_DEVICES[device], "vram_budget": budget}, placement
 
 
-def _offload(model: NativeModel, options: dict, n_gpu_layers: int, hybrid_device: str,
-             verbose: bool) -> NativeContext:
+def _offload(model: NativeModel, options: dict, n_gpu_layers: int, hybrid_device: str) -> NativeContext:
     """The context, with layer offload when n_gpu_layers asks for it and a CUDA device exists (or
     hybrid_device="host" asks for the stand-in device). Without one n_gpu_layers is ignored, as
     llama-cpp-python's CPU build ignores it; a model whose layers the device cannot run falls
@@ -100,8 +98,8 @@ def _offload(model: NativeModel, options: dict, n_gpu_layers: int, hybrid_device
     if hybrid_device == "host" and n_gpu_layers:
         options = {**options, "device": Device.HOST}
     elif n_gpu_layers == 0 or cuda_device_count() == 0:
-        if n_gpu_layers and verbose:
-            print("pypowerinfer: n_gpu_layers ignored: no CUDA device", file=sys.stderr)
+        if n_gpu_layers:
+            log_info("pypowerinfer: n_gpu_layers ignored: no CUDA device")
         return NativeContext(model, **options)
     if options.get("vram_budget"):
         raise ValueError("n_gpu_layers (layer offload) and vram_budget (the hybrid split) both use the device: "

