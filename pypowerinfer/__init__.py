@@ -18,7 +18,13 @@ _EXPORTS = {
     "default_model_path": "resources",
     "LlamaState": "state", "LlamaCache": "state", "LlamaRAMCache": "state", "LlamaDiskCache": "state",
     "BaseLlamaCache": "state",
+    "LlamaGrammar": "grammar", "MinTokensLogitsProcessor": "sampling", "LogitsProcessor": "sampling",
+    "StoppingCriteria": "sampling",
+    "BaseLlamaTokenizer": "llama_tokenizer", "LlamaTokenizer": "llama_tokenizer",
+    "set_verbose": "_logger", "suppress_stdout_stderr": "_logger", "LlamaDraftModel": "llama_speculative",
 }
+# llama-cpp-python exports its request and response types at the top level too
+_EXPORTS.update((name, "llama_types") for name in import_module(".llama_types", __name__).__all__)
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

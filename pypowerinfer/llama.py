@@ -32,6 +32,24 @@ from .tokenizer import Tokenizer
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
 
+GGML_TYPE_F16 = 1  # type_k / type_v's default, the KV cache's type here
+
+
+def _refuse_unsupported(options: Dict[str, Any]) -> None:
+    """Options of llama-cpp-python's Llama that change results and are not implemented: refused,
+    never silently ignored (the others, such as use_mlock or rope settings read from the file,
+    are accepted and ignored)."""
+    missing = {"lora_path": "LoRA adapters", "draft_model": "speculative decoding",
+               "tokenizer": "a tokenizer other than the model's"}
+    for name, what in missing.items():
+        if options.get(name) is not None:
+            raise NotImplementedError(f"Llama({name}=...): {what} not implemented in pypowerinfer yet")
+    for name in ("type_k", "type_v"):
+        if options.get(name) not in (None, GGML_TYPE_F16):
+            raise NotImplementedError(f"Llama({name}={options[name]!r}): the KV cache is f16 only "
+                                      f"(GGML type {GGML_TYPE_F16}) in pypowerinfer yet")
+
+
 def _meta_str(value: object) -> str:
     """A metadata value as llama.cpp prints it (std::to_string for numbers)."""
     if isinstance(value, bool):
@@ -69,6 +87,7 @@ class Llama:
         hybrid_device: str = "auto",
         **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
     ):
+        _refuse_unsupported(kwargs)
         self.verbose = verbose
         set_verbose(verbose)  # as llama-cpp-python: the library's logger follows the last Llama made
         self.model_path = model_path

@@ -30,6 +30,7 @@ __all__ = [
     "Candidates",
     "LogitsProcessor",
     "LogitsProcessorList",
+    "MinTokensLogitsProcessor",
     "Sampler",
     "SamplingParams",
     "StoppingCriteria",
@@ -99,6 +100,23 @@ class LogitsProcessorList(List[LogitsProcessor]):
 class StoppingCriteriaList(List[StoppingCriteria]):
     def __call__(self, input_ids: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> bool:
         return any([criterion(input_ids, logits) for criterion in self])
+
+
+class MinTokensLogitsProcessor:
+    """A logits processor that forbids `token_eos` until `min_tokens` tokens follow the prompt
+    (the length of input_ids at its first call)."""
+
+    def __init__(self, min_tokens: int, token_eos: int):
+        self.min_tokens = min_tokens
+        self.token_eos = token_eos
+        self.prompt_tokens: Optional[int] = None
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], scores: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
+        if self.prompt_tokens is None:
+            self.prompt_tokens = len(input_ids)
+        if len(input_ids) - self.prompt_tokens < self.min_tokens:
+            scores[self.token_eos] = -np.inf
+        return scores
 
 
 # --- candidate sets and selection helpers ---------------------------------------------------------

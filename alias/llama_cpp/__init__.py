@@ -1,13 +1,12 @@
 """llama_cpp, answered by pypowerinfer: install this instead of llama-cpp-python and code that
-does `from llama_cpp import Llama` (LangChain's LlamaCpp, LlamaIndex, scripts) runs on
-pypowerinfer unchanged. It cannot be installed beside llama-cpp-python: both own `llama_cpp`."""
-from pypowerinfer import (BaseLlamaCache, Llama, LlamaCache, LlamaDiskCache, LlamaRAMCache, LlamaState,
-                          LLAMA_DEFAULT_SEED, LogitsProcessorList, StoppingCriteriaList)
-from pypowerinfer.grammar import LlamaGrammar
+does `from llama_cpp import Llama` (LangChain's LlamaCpp, LlamaIndex, the `llm` CLI's plugin,
+scripts) runs on pypowerinfer unchanged. It cannot be installed beside llama-cpp-python: both own
+`llama_cpp`. Every high-level name llama-cpp-python exports at the top level is here; the
+low-level ctypes layer (llama_cpp.llama_cpp) is not."""
+import pypowerinfer as _pypowerinfer
 
-from .llama_types import *  # noqa: F401,F403  (llama-cpp-python exports its types at the top level)
+_OWN = {"PowerInferError", "UnsupportedError", "default_model_path", "__version__"}  # pypowerinfer's alone
+__all__ = sorted(name for name in _pypowerinfer.__all__ if name not in _OWN)
+globals().update((name, getattr(_pypowerinfer, name)) for name in __all__)
 
 __version__ = "0.3.36"  # the llama-cpp-python API this alias follows
-
-__all__ = ["BaseLlamaCache", "Llama", "LlamaCache", "LlamaDiskCache", "LlamaGrammar", "LlamaRAMCache", "LlamaState",
-           "LLAMA_DEFAULT_SEED", "LogitsProcessorList", "StoppingCriteriaList"]

@@ -1,0 +1,84 @@
+"""pypowerinfer exports every high-level name that llama-cpp-python (the oracle, pinned) exports
+at the top level: its classes, callback types and llama_types' TypedDicts. Names that come from
+its low-level ctypes layer or the typing module are not part of that API."""
+from __future__ import annotations
+
+import inspect
+import typing
+
+import pytest
+
+import pypowerinfer
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+
+def _high_level_names() -> list:
+    import llama_cpp.llama_cpp as low_level
+
+    low = set(dir(low_level))
+    typing_names = set(dir(typing)) | {"deque", "Path", "NotRequired"}
+    return sorted(n for n in dir(llama_cpp) if not n.startswith("_") and n not in low and n not in typing_names
+                  and not inspect.ismodule(getattr(llama_cpp, n)))
+
+
+def test_every_high_level_name_is_exported():
+    names = _high_level_names()
+    assert len(names) > 70  # the oracle's list is what it should be (79 in 0.3.36)
+    missing = [n for n in names if not hasattr(pypowerinfer, n)]
+    assert not missing, f"pypowerinfer lacks {missing}"
+
+
+def test_the_types_have_the_oracles_fields():
+    from pypowerinfer import llama_types as ours
+
+    from llama_cpp import llama_types as theirs
+
+    for name in ours.__all__:
+        mine, peer = getattr(ours, name), getattr(theirs, name, None)
+        assert peer is not None, name
+        assert isinstance(mine, type) == isinstance(peer, type), f"{name}: a class in one, an alias in the other"
+        if isinstance(peer, type):
+            assert set(mine.__annotations__) == set(peer.__annotations__), name
+
+
+def test_min_tokens_processor_forbids_eos_until_enough_tokens():
+    import numpy as np
+
+    from pypowerinfer import MinTokensLogitsProcessor
+
+    p = MinTokensLogitsProcessor(min_tokens=2, token_eos=0)
+    ids = np.arange(5, dtype=np.intc)
+    assert p(ids, np.zeros(4, dtype=np.single))[0] == -np.inf  # the prompt: 5 tokens
+    assert p(np.arange(6, dtype=np.intc), np.zeros(4, dtype=np.single))[0] == -np.inf
+    assert p(np.arange(7, dtype=np.intc), np.zeros(4, dtype=np.single))[0] == 0.0
+
+
+def test_suppress_stdout_stderr_silences_file_descriptors(capfd):
+    import os
+
+    from pypowerinfer import suppress_stdout_stderr
+
+    with suppress_stdout_stderr(disable=False):
+        os.write(1, b"hidden-out")
+        os.write(2, b"hidden-err")
+    with suppress_stdout_stderr(disable=True):
+        os.write(2, b"shown")
+    out, err = capfd.readouterr()
+    assert "hidden" not in out + err and "shown" in err
+
+
+@pytest.mark.parametrize("option", [{"lora_path": "adapter.gguf"}, {"draft_model": object()},
+                                    {"type_k": 8}, {"type_v": 2}, {"tokenizer": object()}])
+def test_options_that_change_results_are_refused_not_ignored(smollm2_path, option):
+    with pytest.raises(NotImplementedError, match=next(iter(option))):
+        pypowerinfer.Llama(str(smollm2_path), n_ctx=64, verbose=False, **option)
+
+
+def test_llama_tokenizer_round_trips(smollm2_path):
+    from pypowerinfer import LlamaTokenizer
+
+    tok = LlamaTokenizer.from_ggml_file(str(smollm2_path))
+    ids = tok.encode("Hello world", add_bos=False)
+    assert ids and tok.decode(ids) == "Hello world"
+    assert tok.detokenize(ids[1:], prev_tokens=ids[:1]) == b" world"
