@@ -30,6 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
+from .grammar import GrammarError, LlamaGrammar
+from .sampling import LogitsProcessorList, MinTokensLogitsProcessor
+
 MAX_BODY_BYTES = 4 << 20
 
 
@@ -53,13 +56,51 @@ class _Sampling(_Body):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repeat_penalty: float = Field(1.0, ge=0.0)
     logit_bias: Optional[Dict[str, float]] = None
+    # llama-cpp-python's server's own fields
+    logit_bias_type: Literal["input_ids", "tokens"] = "input_ids"  # logit_bias keys: token ids, or token texts
+    typical_p: float = Field(1.0, ge=0.0, le=1.0)
+    tfs_z: float = Field(1.0, ge=0.0, le=1.0)
+    mirostat_mode: int = Field(0, ge=0, le=2)
+    mirostat_tau: float = Field(5.0, ge=0.0, le=10.0)
+    mirostat_eta: float = Field(0.1, ge=0.001, le=1.0)
+    min_tokens: int = Field(0, ge=0)
+    grammar: Optional[str] = None  # GBNF
+    n: int = Field(1, ge=1, le=1)  # one choice per request, as the peer's server computes
+    best_of: Optional[int] = Field(1, ge=1, le=1)
+    user: Optional[str] = None
 
-    def sampling(self) -> Dict[str, Any]:
-        bias = {int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None
+    def sampling(self, llm) -> Dict[str, Any]:
+        """create_completion's sampling keywords; a GBNF grammar that does not parse is a 400 naming
+        the parser's complaint."""
+        processors = LogitsProcessorList([MinTokensLogitsProcessor(self.min_tokens, llm.token_eos())]) \
+            if self.min_tokens > 0 else None
+        grammar = None
+        if self.grammar is not None:
+            try:
+                grammar = LlamaGrammar.from_string(self.grammar, verbose=False)
+            except GrammarError as exc:
+                raise APIError(400, f"invalid grammar: {exc}", param="grammar") from None
         return dict(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p, min_p=self.min_p,
                     top_k=self.top_k, stop=self.stop or [], stream=self.stream, seed=self.seed,
                     presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
-                    repeat_penalty=self.repeat_penalty, logit_bias=bias)
+                    repeat_penalty=self.repeat_penalty, logit_bias=self._bias(llm), typical_p=self.typical_p,
+                    tfs_z=self.tfs_z, mirostat_mode=self.mirostat_mode, mirostat_tau=self.mirostat_tau,
+                    mirostat_eta=self.mirostat_eta, logits_processor=processors, grammar=grammar)
+
+    def _bias(self, llm) -> Optional[Dict[int, float]]:
+        if not self.logit_bias:
+            return None
+        if self.logit_bias_type == "input_ids":
+            try:
+                return {int(k): v for k, v in self.logit_bias.items()}
+            except ValueError:
+                raise APIError(400, "logit_bias keys must be token ids (or set logit_bias_type to 'tokens')",
+                               param="logit_bias") from None
+        bias: Dict[int, float] = {}
+        for text, value in self.logit_bias.items():  # every token of each text, as the peer's server does
+            for token in llm.tokenize(text.encode("utf-8"), add_bos=False, special=True):
+                bias[token] = value
+        return bias
 
 
 class CompletionBody(_Sampling):
@@ -216,7 +257,7 @@ def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] 
             if len(prompt) != 1:
                 raise APIError(400, "one prompt per request", param="prompt")
             prompt = prompt[0]
-        kwargs = dict(body.sampling(), echo=body.echo, logprobs=body.logprobs, suffix=body.suffix, model=served.name)
+        kwargs = dict(body.sampling(llm), echo=body.echo, logprobs=body.logprobs, suffix=body.suffix, model=served.name)
         if body.stream:
             return await served.stream(request, lambda: llm.create_completion(prompt, **kwargs))
         return await served.run(llm.create_completion, prompt, **kwargs)
@@ -224,7 +265,7 @@ def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] 
     @app.post("/v1/chat/completions", dependencies=auth)
     async def chat(body: ChatBody, request: Request):
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
-        kwargs = dict(body.sampling(), tools=body.tools, tool_choice=body.tool_choice,
+        kwargs = dict(body.sampling(llm), tools=body.tools, tool_choice=body.tool_choice,
                       response_format=body.response_format, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
                       model=served.name)
         if body.stream:

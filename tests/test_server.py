@@ -92,6 +92,33 @@ def test_bad_requests_get_openai_errors(client, base_url):
     assert r.status_code == 413
 
 
+def test_llama_cpp_servers_fields(client, base_url):
+    import httpx
+
+    h = {"Authorization": f"Bearer {KEY}"}
+    post = lambda path, body: httpx.post(base_url + path, json=body, headers=h, timeout=60)  # noqa: E731
+    # a grammar constrains the text, in completions and chat
+    r = post("/v1/completions", {"prompt": "Is the sky blue? Answer:", "max_tokens": 8, "temperature": 0.0,
+                                 "grammar": 'root ::= " yes" | " no"'})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] in (" yes", " no")
+    r = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Pick a colour."}], "max_tokens": 8,
+                                      "grammar": 'root ::= "red" | "blue"'})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] in ("red", "blue")
+    # one that does not parse is a 400 with the parser's message
+    r = post("/v1/completions", {"prompt": "x", "max_tokens": 4, "grammar": 'root ::= ("a"'})
+    assert r.status_code == 400 and "invalid grammar" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "grammar"
+    # logit_bias by token text: the biased token comes first
+    r = post("/v1/completions", {"prompt": "The", "max_tokens": 1, "temperature": 0.0,
+                                 "logit_bias": {" zebra": 100.0}, "logit_bias_type": "tokens"})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"].startswith(" z")
+    # min_tokens holds end of text back; mirostat and the other sampling fields are accepted
+    r = post("/v1/completions", {"prompt": "Hi", "max_tokens": 6, "min_tokens": 6, "mirostat_mode": 2,
+                                 "mirostat_tau": 4.0, "typical_p": 0.9, "seed": 1, "user": "me"})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 6
+    assert post("/v1/completions", {"prompt": "x", "max_tokens": 2, "n": 2}).status_code == 400
+
+
 def test_wrong_api_key(base_url):
     bad = openai.OpenAI(base_url=base_url + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
