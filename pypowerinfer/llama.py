@@ -25,11 +25,9 @@ from .model import NativeContext, NativeModel, sparse_policy
 from .placement import open_context
 from .pooling import check_pooling, pool, pooling_of
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
-from .sampling import (LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
+from .sampling import (LLAMA_DEFAULT_SEED, LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
                        logits_to_logprobs)
 from .tokenizer import Tokenizer
-
-LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
 
 GGML_TYPE_F16 = 1  # type_k / type_v's default, the KV cache's type here

