@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import random
 import threading
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -150,6 +151,15 @@ class Llama:
                  f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}")
 
     # ---- properties llama-cpp-python exposes ----
+    @property
+    def context_params(self) -> SimpleNamespace:
+        """The peer's llama_context_params fields that clients read (LlamaIndex reads n_ctx), as
+        this Llama has them; changing them changes nothing."""
+        return SimpleNamespace(n_ctx=self._n_ctx, n_batch=self.n_batch, n_ubatch=self.n_batch,
+                               n_threads=self.n_threads, n_threads_batch=self.n_threads_batch,
+                               embeddings=self._ctx is not None and self._ctx.embeddings is not None,
+                               type_k=GGML_TYPE_F16, type_v=GGML_TYPE_F16, seed=self._seed)
+
     @property
     def _input_ids(self) -> np.ndarray:
         return self.input_ids[: self.n_tokens]

@@ -106,3 +106,10 @@ def test_the_alias_low_level_constants_match_the_oracle():
     assert isinstance(ours.llama_print_system_info(), bytes)
     with pytest.raises(NotImplementedError, match="llama_decode"):
         ours.llama_decode
+
+
+def test_context_params_as_llama_index_reads_them(smollm2_path):
+    with pypowerinfer.Llama(str(smollm2_path), n_ctx=96, n_batch=32, n_threads=1, verbose=False) as llm:
+        p = llm.context_params
+        assert (p.n_ctx, p.n_batch, p.n_threads, p.embeddings) == (llm.n_ctx(), 32, 1, False)
+        assert p.type_k == p.type_v == 1  # f16
