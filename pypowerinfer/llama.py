@@ -22,6 +22,7 @@ from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool,
                    tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
+from .llama_tokenizer import LlamaTokenizer
 from .model import NativeContext, NativeModel, sparse_policy
 from .placement import open_context
 from .pooling import check_pooling, pool, pooling_of
@@ -151,6 +152,15 @@ class Llama:
                  f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}")
 
     # ---- properties llama-cpp-python exposes ----
+    @property
+    def model(self) -> SimpleNamespace:
+        """What the peer's `Llama.model` (a llama_model pointer) is for here: the handle that the
+        alias's low-level functions (llama_cpp.llama_model_get_vocab, llama_token_to_piece) take."""
+        return SimpleNamespace(native=self._model, vocab=self.tokenizer_)
+
+    def tokenizer(self) -> "LlamaTokenizer":
+        return LlamaTokenizer(self)
+
     @property
     def context_params(self) -> SimpleNamespace:
         """The peer's llama_context_params fields that clients read (LlamaIndex reads n_ctx), as

@@ -108,6 +108,30 @@ def test_the_alias_low_level_constants_match_the_oracle():
         ours.llama_decode
 
 
+
+def test_token_to_piece_as_outlines_calls_it(smollm2_path):
+    """outlines reads the vocabulary through llama_model_get_vocab(llm.model) and
+    llama_token_to_piece into a ctypes buffer; a piece too long for it is refused, as llama.cpp does."""
+    import ctypes
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "alias" / "llama_cpp" / "llama_cpp.py"
+    spec = importlib.util.spec_from_file_location("alias_low_level", path)
+    ours = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ours)
+    with pypowerinfer.Llama(str(smollm2_path), n_ctx=64, verbose=False) as llm:
+        vocab = ours.llama_model_get_vocab(llm.model)
+        token = llm.tokenize(b" world", add_bos=False)[0]
+        buf = (ctypes.c_char * 32)()
+        n = ours.llama_token_to_piece(vocab, token, buf, 32, 0, True)
+        assert buf[:n] == b" world"
+        n = ours.llama_token_to_piece(vocab, token, buf, 32, 1, True)
+        assert buf[:n] == b"world"
+        assert ours.llama_token_to_piece(vocab, token, buf, 2, 0, True) == -6
+        assert llm.tokenizer().detokenize([token]) == b" world"
+
+
 def test_context_params_as_llama_index_reads_them(smollm2_path):
     with pypowerinfer.Llama(str(smollm2_path), n_ctx=96, n_batch=32, n_threads=1, verbose=False) as llm:
         p = llm.context_params

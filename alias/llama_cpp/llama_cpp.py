@@ -2,6 +2,8 @@
 that its dependents use (enum values as llama.cpp defines them, GPU and system queries). Its
 ctypes bindings of llama.cpp's C API are not here: any other name raises NotImplementedError
 naming it, rather than an AttributeError a client might take for an old version."""
+import ctypes
+
 from pypowerinfer.model import build_info, cuda_device_count
 from pypowerinfer.sampling import LLAMA_DEFAULT_SEED  # noqa: F401
 LLAMA_TOKEN_NULL = -1
@@ -70,6 +72,26 @@ def llama_backend_free() -> None:
 def llama_print_system_info() -> bytes:
     """What this build runs on, as bytes (the peer returns llama.cpp's C string)."""
     return f"pypowerinfer: {build_info()} | CUDA devices = {cuda_device_count()}".encode()
+
+
+def llama_model_get_vocab(model):
+    """The vocabulary of `Llama.model`'s handle."""
+    return model.vocab
+
+
+def llama_token_to_piece(vocab, token: int, buf, length: int, lstrip: int, special: bool) -> int:
+    """The text of `token` into the ctypes char buffer `buf` of `length` bytes, as llama.cpp: its
+    length, or minus the length needed when it does not fit (nothing written); up to `lstrip`
+    leading spaces removed; special tokens rendered only with `special`."""
+    piece = vocab.token_to_piece(int(token), special=bool(special))
+    for _ in range(max(0, int(lstrip))):
+        if not piece.startswith(b" "):
+            break
+        piece = piece[1:]
+    if len(piece) > length:
+        return -len(piece)
+    ctypes.memmove(buf, piece, len(piece))
+    return len(piece)
 
 
 def __getattr__(name: str):
