@@ -110,6 +110,12 @@ INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintp
     else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
 }
 
+/* Every cache line of the bytes [lo, hi) into L2, at once: the rows a walk's look-ahead does not
+ * reach at its start. */
+INLINE void prefetch_span(uintptr_t lo, uintptr_t hi) {
+    for (uintptr_t line = lo & ~(uintptr_t)63; line < hi; line += 64) _mm_prefetch((const char *)line, _MM_HINT_T1);
+}
+
 /* A matmul in tiles of TR rows x TT tokens, rows outer and tokens inner, so a tile's rows stay
  * in L1 while every token tile passes over them; leftover rows and tokens go one at a time.
  * The first token tile of each row group prefetches rows further on: with several rows read
@@ -121,8 +127,7 @@ INLINE void walk_tiles(int type, int TR, int TT, const void *W, size_t row_bytes
     if (idx) /* the rows the tiles' look-ahead skips at the start, whole at once (as axpy_walk) */
         for (int i = TR; i < nr && i < ahead_rows; i++) {
             const uintptr_t row = (uintptr_t)pi_matmul_row(W, row_bytes, idx, r0, i);
-            for (uintptr_t line = row & ~(uintptr_t)63; line < row + row_bytes; line += 64)
-                _mm_prefetch((const char *)line, _MM_HINT_T1);
+            prefetch_span(row, row + row_bytes);
         }
     for (int i = 0; i < nr;) {
         const int R = nr - i >= TR ? TR : 1;
@@ -174,9 +179,7 @@ INLINE void axpy_walk(int type, const void *W, size_t row_bytes, const int32_t *
     for (int seen = 0; p < n && seen < ahead_rows; p++) {
         if (a[p] == 0.0f) continue;
         const uintptr_t row = (uintptr_t)pi_matmul_row(W, row_bytes, idx, 0, p);
-        if (seen++ >= AXPY_ROWS) /* the first group reads its rows at once */
-            for (uintptr_t line = (row + lo) & ~(uintptr_t)63; line < row + hi; line += 64)
-                _mm_prefetch((const char *)line, _MM_HINT_T1);
+        if (seen++ >= AXPY_ROWS) prefetch_span(row + lo, row + hi); /* the first group reads its rows at once */
     }
     for (int j = 0;;) {
         const uint8_t *rows[AXPY_ROWS];
