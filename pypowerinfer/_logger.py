@@ -9,16 +9,6 @@ import logging
 import os
 import sys
 
-# llama.cpp's enum ggml_log_level (NONE, INFO, WARN, ERROR, DEBUG, CONT) as logging levels
-GGML_LOG_LEVEL_TO_LOGGING_LEVEL = {
-    0: logging.CRITICAL,
-    1: logging.INFO,
-    2: logging.WARNING,
-    3: logging.ERROR,
-    4: logging.DEBUG,
-    5: logging.DEBUG,
-}
-
 logger = logging.getLogger("pypowerinfer")
 
 

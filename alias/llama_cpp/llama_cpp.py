@@ -6,6 +6,7 @@ import ctypes
 
 from pypowerinfer.model import build_info, cuda_device_count
 from pypowerinfer.sampling import LLAMA_DEFAULT_SEED  # noqa: F401
+
 LLAMA_TOKEN_NULL = -1
 LLAMA_MAX_DEVICES = 16
 
