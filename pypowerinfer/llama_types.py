@@ -4,9 +4,13 @@ so type annotations written against `llama_cpp.llama_types` hold here too). Noth
 checked at run time."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 
-from typing_extensions import NotRequired
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # Python 3.10
+    from typing_extensions import NotRequired
 
 JsonType = Union[None, int, str, bool, List[Any], Dict[str, Any]]
 
