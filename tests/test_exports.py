@@ -84,19 +84,24 @@ def test_llama_tokenizer_round_trips(smollm2_path):
     assert tok.detokenize(ids[1:], prev_tokens=ids[:1]) == b" world"
 
 
-def test_the_alias_low_level_constants_match_the_oracle():
-    """alias/llama_cpp/llama_cpp.py (loaded by path: the oracle owns the name llama_cpp here)."""
+def _alias_low_level():
+    """alias/llama_cpp/llama_cpp.py, loaded by path: the oracle owns the name llama_cpp here."""
     import importlib.util
     from pathlib import Path
 
+    path = Path(__file__).resolve().parent.parent / "alias" / "llama_cpp" / "llama_cpp.py"
+    spec = importlib.util.spec_from_file_location("alias_low_level", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_alias_low_level_constants_match_the_oracle():
     import llama_cpp.llama_cpp as peer
 
     from pypowerinfer.model import cuda_device_count
 
-    path = Path(__file__).resolve().parent.parent / "alias" / "llama_cpp" / "llama_cpp.py"
-    spec = importlib.util.spec_from_file_location("alias_low_level", path)
-    ours = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ours)
+    ours = _alias_low_level()
     constants = [n for n in vars(ours) if n.isupper()]
     assert len(constants) > 60
     wrong = {n: (getattr(ours, n), getattr(peer, n)) for n in constants
@@ -108,18 +113,12 @@ def test_the_alias_low_level_constants_match_the_oracle():
         ours.llama_decode
 
 
-
 def test_token_to_piece_as_outlines_calls_it(smollm2_path):
     """outlines reads the vocabulary through llama_model_get_vocab(llm.model) and
     llama_token_to_piece into a ctypes buffer; a piece too long for it is refused, as llama.cpp does."""
     import ctypes
-    import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "alias" / "llama_cpp" / "llama_cpp.py"
-    spec = importlib.util.spec_from_file_location("alias_low_level", path)
-    ours = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ours)
+    ours = _alias_low_level()
     with pypowerinfer.Llama(str(smollm2_path), n_ctx=64, verbose=False) as llm:
         vocab = ours.llama_model_get_vocab(llm.model)
         token = llm.tokenize(b" world", add_bos=False)[0]
