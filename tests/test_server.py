@@ -92,7 +92,7 @@ def test_bad_requests_get_openai_errors(client, base_url):
     assert r.status_code == 413
 
 
-def test_llama_cpp_servers_fields(client, base_url):
+def test_llama_cpp_servers_fields(app, base_url):
     import httpx
 
     h = {"Authorization": f"Bearer {KEY}"}
@@ -107,12 +107,19 @@ def test_llama_cpp_servers_fields(client, base_url):
     # one that does not parse is a 400 with the parser's message
     r = post("/v1/completions", {"prompt": "x", "max_tokens": 4, "grammar": 'root ::= ("a"'})
     assert r.status_code == 400 and "invalid grammar" in r.json()["error"]["message"]
+    assert "expected )" in r.json()["error"]["message"]
     assert r.json()["error"]["param"] == "grammar"
     # logit_bias by token text: the biased token comes first
     r = post("/v1/completions", {"prompt": "The", "max_tokens": 1, "temperature": 0.0,
                                  "logit_bias": {" zebra": 100.0}, "logit_bias_type": "tokens"})
     assert r.status_code == 200 and r.json()["choices"][0]["text"].startswith(" z")
-    # min_tokens holds end of text back; mirostat and the other sampling fields are accepted
+    # min_tokens holds end of text back: with its logit pushed up, EOS comes first without it
+    eos = {str(app.state.served.llm.token_eos()): 100.0}
+    r = post("/v1/completions", {"prompt": "Hi", "max_tokens": 6, "logit_bias": eos})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 1
+    r = post("/v1/completions", {"prompt": "Hi", "max_tokens": 6, "logit_bias": eos, "min_tokens": 4})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 4
+    # mirostat and the other sampling fields are accepted
     r = post("/v1/completions", {"prompt": "Hi", "max_tokens": 6, "min_tokens": 6, "mirostat_mode": 2,
                                  "mirostat_tau": 4.0, "typical_p": 0.9, "seed": 1, "user": "me"})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 6
