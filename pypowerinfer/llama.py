@@ -23,7 +23,7 @@ from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool,
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
 from .llama_tokenizer import LlamaTokenizer
-from .model import NativeContext, NativeModel, sparse_policy
+from .model import NativeAdapter, NativeContext, NativeModel, sparse_policy
 from .placement import open_context
 from .pooling import check_pooling, pool, pooling_of
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
@@ -39,7 +39,7 @@ def _refuse_unsupported(options: Dict[str, Any]) -> None:
     """Options of llama-cpp-python's Llama that change results and are not implemented: refused,
     never silently ignored (the others, such as use_mlock or rope settings read from the file,
     are accepted and ignored)."""
-    missing = {"lora_path": "LoRA adapters", "draft_model": "speculative decoding",
+    missing = {"draft_model": "speculative decoding",
                "tokenizer": "a tokenizer other than the model's"}
     for name, what in missing.items():
         if options.get(name) is not None:
@@ -85,6 +85,9 @@ class Llama:
         sparse_threshold_shift: float = 0.0,
         vram_budget: Union[int, str, None] = None,
         hybrid_device: str = "auto",
+        lora_base: Optional[str] = None,
+        lora_scale: float = 1.0,
+        lora_path: Optional[str] = None,
         **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
     ):
         _refuse_unsupported(kwargs)
@@ -108,6 +111,10 @@ class Llama:
         # stand-in device that runs the split on a host thread), "none".
         self._model = NativeModel(model_path, vocab_only=vocab_only, ffn_act=ffn_act)
         self._ctx: Optional[NativeContext] = None
+        self._adapter: Optional[NativeAdapter] = None
+        # lora_path: a LoRA adapter (llama.cpp's GGUF) applied at run time with lora_scale; as in
+        # llama-cpp-python 0.3.36, lora_base is kept and not read
+        self.lora_base, self.lora_scale, self.lora_path = lora_base, lora_scale, lora_path
         self.placement = None  # the hot/cold split's Placement when vram_budget places neurons
         meta = self._model.metadata()
         self.metadata: Dict[str, str] = {k: _meta_str(v) for k, v in meta.items()
@@ -141,8 +148,17 @@ class Llama:
                        n_threads_batch=self.n_threads_batch, logits_all=logits_all, kernel_impl=kernel_impl,
                        sparse=mode, sparse_threshold_shift=sparse_threshold_shift,
                        embeddings=embedding)
+        if lora_path is not None:
+            self._adapter = NativeAdapter(self._model, lora_path)  # checked against the model before a context exists
+            if n_gpu_layers or vram_budget:
+                log_info("pypowerinfer: LoRA adapters run on the CPU: n_gpu_layers and vram_budget ignored")
+                n_gpu_layers, vram_budget = 0, None
         self._ctx, self.placement = open_context(self._model, options, n_gpu_layers=n_gpu_layers,
                                                  vram_budget=vram_budget, hybrid_device=hybrid_device)
+        if self._adapter is not None:
+            self._ctx.set_adapter(self._adapter, lora_scale)
+            log_info(f"pypowerinfer: LoRA adapter {os.path.basename(lora_path)}: {self._adapter.n_pairs} weights, "
+                     f"scale {lora_scale}")
         self._n_ctx = self._ctx.n_ctx
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
@@ -524,6 +540,9 @@ class Llama:
             self.scores = np.zeros((0, self._n_vocab), dtype=np.single)
             self._ctx.close()
             self._ctx = None
+        if getattr(self, "_adapter", None) is not None:  # after the context that borrows it
+            self._adapter.close()
+            self._adapter = None
         if getattr(self, "_model", None) is not None:
             self._model.close()
             self._model = None

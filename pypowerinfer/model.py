@@ -247,6 +247,31 @@ class NativeModel:
             self._handle = None
 
 
+class NativeAdapter:
+    """A LoRA adapter file checked against the model it adapts (which it borrows)."""
+
+    def __init__(self, model: NativeModel, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"LoRA adapter path does not exist: {self.path}")
+        out = ffi.new("pi_adapter **")
+        check(lib.pi_adapter_load(model.handle, self.path.encode(), out))
+        self._handle = ffi.gc(out[0], lib.pi_adapter_free)
+        self._model = model
+        self.n_pairs = int(lib.pi_adapter_n_pairs(self._handle))
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ValueError("the adapter has been closed")
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None:
+            ffi.release(self._handle)
+            self._handle = None
+
+
 class NativeContext:
     """KV cache, scratch and thread pool of one sequence. Logits are a zero-copy numpy view."""
 
@@ -269,6 +294,7 @@ class NativeContext:
         params.embeddings = int(embeddings)
         params.n_gpu_layers = int(n_gpu_layers)
         self._capture = None
+        self._adapter = None
         out = ffi.new("pi_context **")
         check(lib.pi_context_new(model.handle, params, out))
         self._handle = ffi.gc(out[0], lib.pi_context_free)
@@ -292,6 +318,11 @@ class NativeContext:
             raise ValueError("the context has been closed")
         tokens = np.ascontiguousarray(tokens, dtype=np.int32)
         check(lib.pi_decode(self._handle, ffi.from_buffer("int32_t[]", tokens), len(tokens), pos))
+
+    def set_adapter(self, adapter: NativeAdapter | None, scale: float = 1.0) -> None:
+        """Apply a LoRA adapter (None: none) to every later decode; the context keeps it alive."""
+        check(lib.pi_context_set_adapter(self._handle, adapter.handle if adapter else ffi.NULL, float(scale)))
+        self._adapter = adapter
 
     def set_capture(self, ffn_in: np.ndarray | None, act: np.ndarray | None) -> None:
         """Record every layer's FFN input [n_layer, T, n_embd] and activation [n_layer, T, n_ff]
@@ -362,6 +393,7 @@ class NativeContext:
             self.embeddings = None
             self._capture = None
             ffi.release(self._handle)  # runs pi_context_free now
+            self._adapter = None
             self._handle = None
 
 

@@ -148,6 +148,21 @@ PI_API uint64_t pi_context_state_size(const pi_context *ctx);
 PI_API int pi_context_get_state(const pi_context *ctx, uint8_t *dst, uint64_t size);
 PI_API int pi_context_set_state(pi_context *ctx, const uint8_t *src, uint64_t size);
 
+/* ---- LoRA adapters (llama.cpp's GGUF: general.type "adapter", adapter.type "lora") ---- */
+typedef struct pi_adapter pi_adapter;
+/* Read an adapter for `model` and check it against it: PI_ERR_FORMAT when it is not a LoRA
+ * adapter or does not fit the model (another architecture, a tensor the model lacks, a shape),
+ * PI_ERR_UNSUPPORTED for a weight we cannot adapt (a fused one) or K-quant factors. The adapter
+ * borrows the model: free it first. */
+PI_API int pi_adapter_load(const pi_model *model, const char *path, pi_adapter **out);
+PI_API void pi_adapter_free(pi_adapter *adapter);
+PI_API int pi_adapter_n_pairs(const pi_adapter *adapter); /* weights it adapts */
+/* From the next pi_decode on, every adapted weight's output gains scale * B (A x) (times
+ * adapter.lora.alpha / rank where alpha is set, llama.cpp's rule); NULL removes it. The context
+ * borrows the adapter. A layer whose FFN is adapted runs it dense. PI_ERR_UNSUPPORTED on a
+ * context with steps on a device: adapters run on the CPU. */
+PI_API int pi_context_set_adapter(pi_context *ctx, const pi_adapter *adapter, float scale);
+
 /* ---- profiling, for convert/add_profile.py ---- */
 /* While set, every pi_decode writes, for its i-th token (i < max_tokens), layer l's normed FFN
  * input to ffn_in[(l * max_tokens + i) * n_embd ...] and its activation product (the input of

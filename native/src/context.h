@@ -74,6 +74,13 @@ struct pi_context {
     int32_t logits_on_device;
     int32_t x_on_device;
 
+    /* a LoRA adapter (lora.h) applied to every matmul of the weights it adapts, and its scratch:
+     * [B][max_rank] of A x, [B][max_out] of B (A x), sized when it is set */
+    const struct pi_adapter *adapter;
+    float adapter_scale;
+    float *lora_mid, *lora_out;
+    pi_act_store lora_midq;
+
     /* profiling capture (caller's buffers, see pi_context_set_capture) */
     float *capture_ffn_in, *capture_act;
     int32_t capture_max, capture_base; /* capture_base: first position of the current pi_decode */

@@ -8,6 +8,7 @@
 #include "device/router.h"
 #include "ffn_sparse.h"
 #include "forward.h"
+#include "lora.h"
 #include "ops.h"
 #include "status.h"
 #include "token_bytes.h"
@@ -52,6 +53,7 @@ static void ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a)
 static int use_sparse(const pi_context *c, int il, int n) {
     const pi_layer *L = &c->model->layers[il];
     if (!L->fc1.data || !L->ffn_down_t.data || c->capture_act) return 0;
+    if (c->adapter && c->adapter->ffn_adapted[il]) return 0; /* the predictors know the base model only */
     return c->params.sparse == PI_SPARSE_ALL || (c->params.sparse == PI_SPARSE_DECODE && n == 1);
 }
 
@@ -200,6 +202,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     c->x_on_device = 0;
     c->step_bytes = (int64_t)n * (int64_t)m->token_embd.row_bytes;
     const int64_t rows_before = c->stats.ffn_rows_done;
+    if (c->adapter) pi_lora_embed(c, tokens, n);
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
     if (m->position_embd.data) add_positions(c, pos0, n);

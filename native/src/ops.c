@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "lora.h"
 #include "ops.h"
 
 /* ---- parallel matmul ---- */
@@ -52,7 +53,7 @@ static int decode_chunk_rows(const pi_mm_target *targets, int n_targets, int nth
 }
 
 /* Y_i[t] = W_i x[t] for each target; outputs are dense [nt][n_out]. */
-void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets) {
+static void matmul_weights(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets) {
     mm_task t = { .kern = &c->kern, .x = x, .nt = nt, .n_targets = n_targets };
     const int nth = nt > 1 ? c->params.n_threads_batch : c->params.n_threads;
     /* prefill: 64x64 tiles stay in L2. decode: chunks of ~ROW_CHUNK_BYTES, since the kernels'
@@ -67,6 +68,34 @@ void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int
     }
     atomic_init(&t.next, 0);
     pi_threadpool_run(c->pool, mm_worker, &t, nth);
+}
+
+/* Y[t] += s B (A x[t]), in llama.cpp's order: A x, then B of it, scaled and added */
+static void lora_add(pi_context *c, const pi_lora_pair *p, pi_act x, int nt, float *Y) {
+    const pi_mm_target mid = { &p->a, c->lora_mid }, out = { &p->b, c->lora_out };
+    matmul_weights(c, x, nt, &mid, 1);
+    matmul_weights(c, pi_quantize(&c->kern, c->lora_mid, c->lora_midq, nt, (int)p->a.n_out), nt, &out, 1);
+    c->vec.axpy(pi_lora_pair_scale(c->adapter, p, c->adapter_scale), c->lora_out, Y, nt * (int)p->b.n_out);
+}
+
+void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets) {
+    matmul_weights(c, x, nt, targets, n_targets);
+    for (int i = 0; c->adapter && i < n_targets; i++) {
+        const pi_lora_pair *p = pi_lora_find(c->adapter, targets[i].w);
+        if (p) lora_add(c, p, x, nt, targets[i].Y);
+    }
+}
+
+/* x[t] += s B (row tokens[t] of A): the embedding's pair holds a row of rank per token */
+void pi_lora_embed(pi_context *c, const int32_t *tokens, int n) {
+    const pi_lora_pair *p = pi_lora_find(c->adapter, &c->model->token_embd);
+    if (!p) return;
+    const int rank = (int)p->a.n_in;
+    for (int t = 0; t < n; t++)
+        c->kern.dequant[p->a.type](p->a.data + (size_t)tokens[t] * p->a.row_bytes, c->lora_mid + (size_t)t * rank, rank);
+    const pi_mm_target out = { &p->b, c->lora_out };
+    matmul_weights(c, pi_quantize(&c->kern, c->lora_mid, c->lora_midq, n, rank), n, &out, 1);
+    c->vec.axpy(pi_lora_pair_scale(c->adapter, p, c->adapter_scale), c->lora_out, c->x, n * (int)p->b.n_out);
 }
 
 /* ---- attention over the KV cache: one (token, head) pair per work item ---- */

@@ -10,8 +10,11 @@ typedef struct {
     float *Y;             /* [nt][w->n_out] */
 } pi_mm_target;
 
-/* Y_i[t] = W_i x[t] for up to three weights that read the same input, on the thread pool. */
+/* Y_i[t] = W_i x[t] for up to three weights that read the same input, on the thread pool, plus
+ * the context's LoRA term where its adapter adapts W_i. */
 void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets);
+/* x[t] += the adapter's embedding term for tokens[t], where it adapts token_embd */
+void pi_lora_embed(pi_context *c, const int32_t *tokens, int n);
 /* out[t][head] = softmax(q k^T / sqrt(hd)) v over the cached positions of layer il, for the n
  * tokens at pos0.. (c->q, the caches), on the thread pool. */
 void pi_attention(pi_context *c, int il, int n, int pos0, float *out);
