@@ -85,6 +85,10 @@ PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return pi_set_error(PI_ERR_ARG, "token id %d at index %d is outside the vocabulary of %d", tokens[i], i,
                                 n_vocab);
+    if (!c->model->info.causal) {
+        if (pos != 0) return pi_set_error(PI_ERR_ARG, "pi_decode: an encoder takes its whole input from position 0");
+        return pi_encode(c, tokens, n_tokens);
+    }
     c->n_past = pos;
     c->capture_base = pos;
     for (int32_t done = 0; done < n_tokens;) {
