@@ -264,9 +264,17 @@ class Llama:
         """What the sparse FFN saved, per generated token since the last reset (NativeContext.sparse_stats)."""
         return self._require_ctx().sparse_stats()
 
+    def _require_decoder(self) -> NativeContext:
+        ctx = self._require_ctx()
+        if not self._model.info.causal:
+            raise RuntimeError(f"{os.path.basename(self.model_path)} is an embedding model (encoder-only "
+                               f"{self.metadata.get('general.architecture')}): it has no logits to generate from; "
+                               "create it with embedding=True and call embed() or create_embedding()")
+        return ctx
+
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate tokens after the n_tokens already in the context."""
-        ctx = self._require_ctx()
+        ctx = self._require_decoder()
         if self.n_tokens + len(tokens) > self._n_ctx:
             raise ValueError(f"Requested tokens ({self.n_tokens + len(tokens)}) exceed context window of {self._n_ctx}")
         if len(tokens) == 0:
@@ -368,7 +376,7 @@ class Llama:
                   stop: Optional[Union[str, List[str]]], stream: bool, seed: Optional[int], model: Optional[str],
                   stopping_criteria: Optional[StoppingCriteriaList], logits_processor: Optional[LogitsProcessorList],
                   grammar):
-        self._require_ctx()
+        self._require_decoder()
         if isinstance(prompt, str):
             prompt_text = prompt
             prompt_tokens = (self.tokenize(prompt.encode("utf-8"), add_bos=True, special=suffix is None)
