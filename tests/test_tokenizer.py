@@ -447,7 +447,7 @@ def test_every_pre_tokenizer_cuts_text_into_pieces_that_cover_it(name):
 
 @pytest.mark.parametrize("change, error", [
     ({"tokenizer.ggml.tokens": None}, ValueError),
-    ({"tokenizer.ggml.model": "bert"}, NotImplementedError),
+    ({"tokenizer.ggml.model": "t5"}, NotImplementedError),
     ({"tokenizer.ggml.model": "nonsense"}, ValueError),
     ({"tokenizer.ggml.pre": "kimi-k2"}, NotImplementedError),
     ({"tokenizer.ggml.pre": "nonsense"}, ValueError),

@@ -80,9 +80,9 @@ int pi_encode(pi_context *c, const int32_t *tokens, int n) {
     if (n > (int)c->n_batch)
         return pi_set_error(PI_ERR_CONTEXT, "an encoder takes its whole input in one step: %d tokens exceed n_batch %u",
                             n, c->n_batch);
-    if (c->device)
-        return pi_set_error(PI_ERR_UNSUPPORTED, "an encoder (%s) runs on the CPU only: no offload or hybrid split",
-                            m->arch);
+    if (c->device || c->capture_act)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "an encoder (%s) runs on the CPU only, without offload, hybrid split "
+                            "or profiling capture", m->arch);
 
     /* x[t] = LayerNorm(token_embd[tokens[t]] + token type 0 + position t) */
     for (int t = 0; t < n; t++) {
