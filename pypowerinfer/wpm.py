@@ -9,9 +9,9 @@ starts a word is stored as "\u2581piece", a continuation ("##piece") as "piece".
      their own;
   2. matches each "\u2581word", bytewise, longest vocab entry first from the left; a word with
      any part unmatched becomes the unknown token as a whole.
-Character classes come from the `regex` module's Unicode tables, NFD and lower case from
-Python's `unicodedata` (llama.cpp's tables were generated from a newer Unicode; they differ
-only on characters assigned since).
+Character classes come from the `regex` module's Unicode tables, except that the code points
+assigned in Unicode 16 and 17 are unassigned, as in llama.cpp's Unicode 15.1 tables; NFD and
+lower case come from Python's `unicodedata`.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import regex
 
+from .pretokenizers import UNICODE_16_17
 from .utf8 import ESCAPED_SPACE, decode_utf8, token_bytes, unescape_spaces
 
 # llama.cpp's unicode_set_whitespace (Unicode's White_Space)
@@ -40,6 +41,8 @@ SPACE, DROP, MARK, ALONE, LETTER = range(5)
 def _kind(ch: str) -> int:
     if ch in _WHITESPACE:
         return SPACE
+    if UNICODE_16_17.match(ch):  # unassigned to llama.cpp: part of a word, unless in a CJK range
+        return ALONE if _CJK.match(ch) else LETTER
     if _CONTROL.match(ch):
         return DROP
     if _MARK.match(ch):
@@ -56,9 +59,8 @@ def _nfd_first(ch: str) -> str:
 
 @lru_cache(maxsize=None)
 def _lower(ch: str) -> str:
-    low = ch.lower()
-    # U+0130 is the one character whose full lower case is two; its simple mapping is "i"
-    return low if len(low) == 1 else "i"
+    # the simple mapping is the full one's first character: U+0130 alone lowers to two, "i" + U+0307
+    return ch.lower()[0]
 
 
 class WordPiece:

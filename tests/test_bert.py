@@ -123,6 +123,42 @@ def test_token_ids_equal_llama_cpp(llama_cpp, tmp_path, normalizer):
     assert ids[0] == 101 and ids[-1] == 102  # [CLS] ... [SEP]
 
 
+def write_code_point_vocab(path, lowercase: bool) -> str:
+    """A WordPiece vocab holding every BMP character from "!" on, as a word start and as a continuation."""
+    from gguf import GGUFValueType, GGUFWriter
+
+    chars = [chr(c) for c in range(0x21, 0x10000) if not 0xD800 <= c < 0xE000]
+    writer = GGUFWriter(str(path), "bert")
+    for key, value, kind in (("model", "bert", GGUFValueType.STRING),
+                             ("tokens", ["[PAD]", "[UNK]"] + ["\u2581" + c for c in chars] + chars, GGUFValueType.ARRAY),
+                             ("token_type", [3, 3] + [1] * (2 * len(chars)), GGUFValueType.ARRAY),
+                             ("unknown_token_id", 1, GGUFValueType.UINT32),
+                             ("normalizer.lowercase", lowercase, GGUFValueType.BOOL)):
+        writer.add_key_value("tokenizer.ggml." + key, value, kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lowercase", [True, False], ids=["lowercase", "cased"])
+def test_every_code_point_as_llama_cpp(llama_cpp, tmp_path, lowercase):
+    """Every code point inside a word ("qXq"), against llama-cpp-python: whether it splits the word,
+    stands alone, is dropped, and what it normalizes to (the vocab has every BMP character, so the
+    ids show it; beyond the BMP a word of an unknown character is [UNK], and the splits still show)."""
+    path = write_code_point_vocab(tmp_path / "code-points.gguf", lowercase)
+    ours = Llama(path, vocab_only=True, verbose=False)
+    ref = llama_cpp.Llama(path, vocab_only=True, verbose=False)
+    for start in range(0, 0x110000, 0x4000):
+        probes = [f"q{chr(c)}q".encode() for c in range(start, start + 0x4000) if not 0xD800 <= c < 0xE000]
+        blob = b" ".join(probes)
+        if ours.tokenize(blob, add_bos=False) != ref.tokenize(blob, add_bos=False):
+            first = next(p for p in probes if ours.tokenize(p, add_bos=False) != ref.tokenize(p, add_bos=False))
+            pytest.fail(f"U+{ord(first.decode()[1]):04X}: {ours.tokenize(first, add_bos=False)} "
+                        f"!= llama.cpp's {ref.tokenize(first, add_bos=False)}")
+
+
 # --- what an encoder cannot do -----------------------------------------------------------
 
 def test_too_many_tokens(llama_cpp, models):
