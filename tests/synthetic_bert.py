@@ -54,7 +54,7 @@ def wordpiece_vocab() -> tuple[list[str], list[int]]:
 
 
 def _tensor_plan(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_ff: int, n_ctx_train: int,
-                 weight_type: str, n_token_types: int) -> list[_TensorPlan]:
+                 weight_type: str, n_token_types: int, fused_qkv: bool, qkv_bias: bool) -> list[_TensorPlan]:
     wtype, f32 = GGMLQuantizationType[weight_type], GGMLQuantizationType.F32
 
     def linear(name, n_out, n_in):
@@ -74,18 +74,20 @@ def _tensor_plan(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_ff: int, 
         plan.append(_TensorPlan("position_embd.weight", (n_ctx_train, n_embd), f32, 1.0))
     for i in range(n_layer):
         blk = f"blk.{i}."
-        if arch == "bert":  # BertModel: separate q/k/v and every bias, GELU FFN
-            plan += [linear(blk + "attn_q.weight", n_embd, n_embd), bias(blk + "attn_q.bias", n_embd),
-                     linear(blk + "attn_k.weight", n_embd, n_embd), bias(blk + "attn_k.bias", n_embd),
-                     linear(blk + "attn_v.weight", n_embd, n_embd), bias(blk + "attn_v.bias", n_embd),
-                     linear(blk + "attn_output.weight", n_embd, n_embd), bias(blk + "attn_output.bias", n_embd),
+        if fused_qkv:
+            plan += [linear(blk + "attn_qkv.weight", 3 * n_embd, n_embd)]
+            plan += [bias(blk + "attn_qkv.bias", 3 * n_embd)] if qkv_bias else []
+        else:
+            for t in ("attn_q", "attn_k", "attn_v"):
+                plan += [linear(blk + t + ".weight", n_embd, n_embd)] + ([bias(blk + t + ".bias", n_embd)] if qkv_bias else [])
+        if arch == "bert":  # BertModel: every bias, GELU FFN
+            plan += [linear(blk + "attn_output.weight", n_embd, n_embd), bias(blk + "attn_output.bias", n_embd),
                      *layer_norm(blk + "attn_output_norm"),
                      linear(blk + "ffn_up.weight", n_ff, n_embd), bias(blk + "ffn_up.bias", n_ff),
                      linear(blk + "ffn_down.weight", n_embd, n_ff), bias(blk + "ffn_down.bias", n_embd),
                      *layer_norm(blk + "layer_output_norm")]
-        else:  # nomic-embed-text: fused Wqkv, no biases, SwiGLU FFN
-            plan += [linear(blk + "attn_qkv.weight", 3 * n_embd, n_embd),
-                     linear(blk + "attn_output.weight", n_embd, n_embd),
+        else:  # nomic-embed-text: no biases, SwiGLU FFN
+            plan += [linear(blk + "attn_output.weight", n_embd, n_embd),
                      *layer_norm(blk + "attn_output_norm"),
                      linear(blk + "ffn_up.weight", n_ff, n_embd), linear(blk + "ffn_gate.weight", n_ff, n_embd),
                      linear(blk + "ffn_down.weight", n_embd, n_ff),
@@ -96,22 +98,30 @@ def _tensor_plan(arch: str, n_vocab: int, n_embd: int, n_layer: int, n_ff: int, 
 def write_bert_gguf(path, *, arch: str = "bert", n_embd: int = 64, n_layer: int = 2, n_head: int = 4,
                     n_ff: int = 128, n_ctx_train: int = 512, weight_type: str = "F32", pooling: int | None = 1,
                     n_token_types: int = 2, lowercase: bool | None = True, seed: int = 0,
-                    omit_tensor: str | None = None, extra_kv=None) -> str:
+                    fused_qkv: bool | None = None, qkv_bias: bool | None = None, omit_tensor: str | None = None,
+                    extra_tensors: dict[str, int] | None = None, extra_kv=None) -> str:
     """Write a random-weight encoder GGUF of `arch` and return its path.
 
+    fused_qkv, qkv_bias: one attn_qkv instead of attn_q/k/v, with biases; None: as the converter
+    writes the arch (bert: separate, with biases; nomic-bert: fused, without);
     pooling: {arch}.pooling_type (llama.cpp's 1 mean, 2 cls, 3 last; None leaves the key out);
     lowercase: tokenizer.ggml.normalizer.lowercase (None leaves it out, as older converters did);
-    omit_tensor: leave that tensor out (loader tests); extra_kv: keys added or overriding.
+    omit_tensor: leave that tensor out; extra_tensors: {name: length} F32 vectors added (loader
+    tests); extra_kv: keys added or overriding.
     """
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}")
     tokens, types = wordpiece_vocab()
-    plan = _tensor_plan(arch, len(tokens), n_embd, n_layer, n_ff, n_ctx_train, weight_type, n_token_types)
+    fused_qkv = arch == "nomic-bert" if fused_qkv is None else fused_qkv
+    qkv_bias = arch == "bert" if qkv_bias is None else qkv_bias
+    plan = _tensor_plan(arch, len(tokens), n_embd, n_layer, n_ff, n_ctx_train, weight_type, n_token_types,
+                        fused_qkv, qkv_bias)
     if omit_tensor is not None:
         kept = [t for t in plan if t.name != omit_tensor]
         if len(kept) == len(plan):
             raise KeyError(f"omit_tensor: no tensor {omit_tensor!r}")
         plan = kept
+    plan += [_TensorPlan(name, (n,), GGMLQuantizationType.F32, 0.1) for name, n in (extra_tensors or {}).items()]
     u32, f32, s, arr = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING, GGUFValueType.ARRAY
     kv = {
         "general.name": ("synthetic", s),

@@ -86,6 +86,21 @@ def test_without_token_types_as_llama_cpp(llama_cpp, models):
     assert one_minus_cosine(ours.embed(TEXTS), ref.embed(TEXTS)).max() <= TOLERANCE["F32"]
 
 
+@pytest.mark.parametrize("arch,fused_qkv,qkv_bias", [("bert", True, True), ("bert", True, False),
+                                                     ("nomic-bert", True, True), ("nomic-bert", False, False)])
+def test_qkv_layouts_as_llama_cpp(llama_cpp, models, arch, fused_qkv, qkv_bias):
+    """q, k and v from one attn_qkv or three tensors, with or without biases, as llama.cpp takes them."""
+    ours, ref = pair(llama_cpp, models(arch, fused_qkv=fused_qkv, qkv_bias=qkv_bias))
+    assert one_minus_cosine(ours.embed(TEXTS), ref.embed(TEXTS)).max() <= TOLERANCE["F32"]
+
+
+def test_fused_and_separate_qkv_biases_refused(tmp_path):
+    path = write_bert_gguf(tmp_path / "both.gguf", arch="nomic-bert", qkv_bias=True,
+                           extra_tensors={"blk.0.attn_q.bias": 64})
+    with pytest.raises(ValueError, match="both 'blk.0.attn_qkv.bias' and separate q/k/v biases"):
+        Llama(str(path), embedding=True, verbose=False)
+
+
 def test_create_embedding_as_llama_cpp(llama_cpp, models):
     ours, ref = pair(llama_cpp, models("nomic-bert"))
     x, y = ours.create_embedding(TEXTS[:3]), ref.create_embedding(TEXTS[:3])

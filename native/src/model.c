@@ -318,6 +318,25 @@ static int bind_qkv(pi_model *m, pi_layer *L, int il, int64_t d, int64_t q_dim, 
     return PI_OK;
 }
 
+/* A fused attn_qkv's bias, as q's, k's and v's: llama.cpp adds it when present, and a file with
+ * it and any of the separate biases too has tensors llama.cpp does not load */
+static int bind_qkv_bias(pi_model *m, pi_layer *L, int il, float **cursor, int64_t q_dim, int64_t kv_dim) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+    const int fused = (m->traits & ARCH_FUSED_QKV) && gguf_find_tensor(&m->file, name); /* as bind_qkv */
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.bias", il);
+    if (!fused || !gguf_find_tensor(&m->file, name)) return PI_OK;
+    if (L->attn_q_b || L->attn_k_b || L->attn_v_b)
+        return pi_set_error(PI_ERR_FORMAT, "layer %d has both '%s' and separate q/k/v biases", il, name);
+    float *qkv_b;
+    int rc = bind_vector(m, &qkv_b, cursor, name, q_dim + 2 * kv_dim, 1);
+    if (rc) return rc;
+    L->attn_q_b = qkv_b;
+    L->attn_k_b = qkv_b + q_dim;
+    L->attn_v_b = qkv_b + q_dim + kv_dim;
+    return PI_OK;
+}
+
 /* gate and up from their own tensors, or as the two halves of phi3's ffn_up (gate rows first,
  * as llama.cpp's SwiGLU split takes them) */
 static int bind_gate_up(pi_model *m, pi_layer *L, int il, int64_t d, int64_t n_ff) {
@@ -495,6 +514,7 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_vector(m, &L->attn_q_b, &cur, NAME("attn_q.bias"), q_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_k_b, &cur, NAME("attn_k.bias"), kv_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_v_b, &cur, NAME("attn_v.bias"), kv_dim, 0)) ||
+            (rc = bind_qkv_bias(m, L, il, &cur, q_dim, kv_dim)) ||
             (rc = bind_weight(m, &L->attn_output, NAME("attn_output.weight"), q_dim, d, 1)) ||
             (rc = bind_vector(m, &L->attn_output_b, &cur, NAME("attn_output.bias"), d, 0)) ||
             (rc = bind_gate_up(m, L, il, d, h->n_ff)) ||
