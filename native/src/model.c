@@ -17,7 +17,7 @@ enum {
     ARCH_UNGATED = 1 << 3,       /* FFN down(act(up(x))), no gate */
     ARCH_LAYER_NORM = 1 << 4,    /* LayerNorm with bias, eps from attention.layer_norm_epsilon */
     ARCH_NO_ROPE = 1 << 5,
-    ARCH_LEARNED_POS = 1 << 6,   /* position_embd.weight, read from row pos + 2 (OPT's offset) */
+    ARCH_LEARNED_POS = 1 << 6,   /* position_embd.weight, read from row pos + position_offset (bind_positions) */
     ARCH_PARALLEL = 1 << 7,      /* x += attn(norm2(x)) + ffn(norm(x)), norm2 = norm when absent */
     ARCH_ENCODER = 1 << 8,       /* bidirectional, post-norms, normed input embeddings, no output (encoder.c) */
 };
