@@ -76,6 +76,7 @@ class Llama:
         n_threads_batch: Optional[int] = None,
         logits_all: bool = False,
         embedding: bool = False,
+        pooling_type: int = -1,  # LLAMA_POOLING_TYPE_UNSPECIFIED: the model's
         last_n_tokens_size: int = 64,
         chat_format: Optional[str] = None,
         verbose: bool = True,
@@ -121,6 +122,7 @@ class Llama:
         self.last_n_tokens_size = last_n_tokens_size
         self._seed = seed or LLAMA_DEFAULT_SEED
         self._logits_all = logits_all
+        self._pooling_override = None if pooling_type == -1 else pooling_type
         self.cache = None
         self.n_tokens = 0
         self._history_start: Optional[int] = None  # where generate()'s sampled tokens begin
@@ -430,8 +432,9 @@ class Llama:
 
     # ---- embeddings ----
     def pooling_type(self) -> int:
-        """The model's {arch}.pooling_type (llama.cpp's LLAMA_POOLING_TYPE_*; 0 none when absent)."""
-        return pooling_of(self.metadata)
+        """The pooling embed() applies (llama.cpp's LLAMA_POOLING_TYPE_*): Llama(pooling_type=...), else
+        the model's {arch}.pooling_type, 0 none when absent."""
+        return pooling_of(self.metadata) if self._pooling_override is None else self._pooling_override
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):

@@ -101,6 +101,14 @@ def test_fused_and_separate_qkv_biases_refused(tmp_path):
         Llama(str(path), embedding=True, verbose=False)
 
 
+@pytest.mark.parametrize("override", [0, 2, 3])
+def test_pooling_type_argument_overrides_the_model(llama_cpp, models, override):
+    ours, ref = pair(llama_cpp, models("bert", pooling=1), pooling_type=override)
+    assert ours.pooling_type() == ref.pooling_type() == override
+    a, b = ours.embed("the lazy dog jumps"), ref.embed("the lazy dog jumps")
+    assert np.shape(a) == np.shape(b) and one_minus_cosine(a, b).max() <= TOLERANCE["F32"]
+
+
 def test_create_embedding_as_llama_cpp(llama_cpp, models):
     ours, ref = pair(llama_cpp, models("nomic-bert"))
     x, y = ours.create_embedding(TEXTS[:3]), ref.create_embedding(TEXTS[:3])
