@@ -201,8 +201,13 @@ def test_too_many_tokens(llama_cpp, models):
         ctx.decode(np.full(33, 200, np.int32), 0)
     with pytest.raises(ValueError, match="exceed context window"):
         ctx.decode(np.full(129, 200, np.int32), 0)
-    with pytest.raises(ValueError, match="learned positions"):
-        Llama(path, embedding=True, n_ctx=1024, verbose=False)  # the file has 512 positions
+    # a context longer than the 512 learned positions, as llama.cpp allows; an input longer than
+    # them is refused (llama.cpp aborts the process)
+    with Llama(path, embedding=True, n_ctx=1024, n_batch=1024, verbose=False) as llm:
+        assert one_minus_cosine(llm.embed(TEXTS[1]), ref.embed(TEXTS[1])) <= TOLERANCE["F32"]
+        assert len(llm.embed("x " * 510)) == llm.n_embd()
+        with pytest.raises(ValueError, match="513 tokens is longer than the model's 512 learned positions"):
+            llm.embed("x " * 511)
 
 
 def test_no_logits_from_an_encoder(models):

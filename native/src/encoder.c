@@ -80,6 +80,9 @@ int pi_encode(pi_context *c, const int32_t *tokens, int n) {
     if (n > (int)c->n_batch)
         return pi_set_error(PI_ERR_CONTEXT, "an encoder takes its whole input in one step: %d tokens exceed n_batch %u",
                             n, c->n_batch);
+    if (m->position_embd.data && n > m->info.n_ctx_train)
+        return pi_set_error(PI_ERR_CONTEXT, "an input of %d tokens is longer than the model's %d learned positions", n,
+                            m->info.n_ctx_train);
     if (c->device || c->capture_act)
         return pi_set_error(PI_ERR_UNSUPPORTED, "an encoder (%s) runs on the CPU only, without offload, hybrid split "
                             "or profiling capture", m->arch);
