@@ -76,6 +76,7 @@ class Llama:
         n_threads_batch: Optional[int] = None,
         logits_all: bool = False,
         embedding: bool = False,
+        pooling_type: int = -1,  # LLAMA_POOLING_TYPE_UNSPECIFIED: the model's
         last_n_tokens_size: int = 64,
         chat_format: Optional[str] = None,
         verbose: bool = True,
@@ -128,6 +129,7 @@ class Llama:
         self.last_n_tokens_size = last_n_tokens_size
         self._seed = seed or LLAMA_DEFAULT_SEED
         self._logits_all = logits_all
+        self._pooling_override = None if pooling_type == -1 else pooling_type
         self.cache = None
         self.n_tokens = 0
         self._history_start: Optional[int] = None  # where generate()'s sampled tokens begin
@@ -280,9 +282,17 @@ class Llama:
         """What the sparse FFN saved, per generated token since the last reset (NativeContext.sparse_stats)."""
         return self._require_ctx().sparse_stats()
 
+    def _require_decoder(self) -> NativeContext:
+        ctx = self._require_ctx()
+        if not self._model.info.causal:
+            raise RuntimeError(f"{os.path.basename(self.model_path)} is an embedding model (encoder-only "
+                               f"{self.metadata.get('general.architecture')}): it has no logits to generate from; "
+                               "create it with embedding=True and call embed() or create_embedding()")
+        return ctx
+
     def eval(self, tokens: Sequence[int]) -> None:
         """Evaluate tokens after the n_tokens already in the context."""
-        ctx = self._require_ctx()
+        ctx = self._require_decoder()
         if self.n_tokens + len(tokens) > self._n_ctx:
             raise ValueError(f"Requested tokens ({self.n_tokens + len(tokens)}) exceed context window of {self._n_ctx}")
         if len(tokens) == 0:
@@ -384,7 +394,7 @@ class Llama:
                   stop: Optional[Union[str, List[str]]], stream: bool, seed: Optional[int], model: Optional[str],
                   stopping_criteria: Optional[StoppingCriteriaList], logits_processor: Optional[LogitsProcessorList],
                   grammar):
-        self._require_ctx()
+        self._require_decoder()
         if isinstance(prompt, str):
             prompt_text = prompt
             prompt_tokens = (self.tokenize(prompt.encode("utf-8"), add_bos=True, special=suffix is None)
@@ -438,8 +448,9 @@ class Llama:
 
     # ---- embeddings ----
     def pooling_type(self) -> int:
-        """The model's {arch}.pooling_type (llama.cpp's LLAMA_POOLING_TYPE_*; 0 none when absent)."""
-        return pooling_of(self.metadata)
+        """The pooling embed() applies (llama.cpp's LLAMA_POOLING_TYPE_*): Llama(pooling_type=...), else
+        the model's {arch}.pooling_type, 0 none when absent."""
+        return pooling_of(self.metadata) if self._pooling_override is None else self._pooling_override
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):

@@ -105,6 +105,7 @@ class ModelInfo:
     rope_freq_scale: float
     ffn_act: str
     tied_output: bool
+    causal: bool  # False: an encoder (bert, nomic-bert), embeddings only
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,7 @@ class NativeModel:
             n_head=info.n_head, n_head_kv=info.n_head_kv, n_ff=info.n_ff, n_rot=info.n_rot,
             norm_eps=info.norm_eps, rope_freq_base=info.rope_freq_base, rope_freq_scale=info.rope_freq_scale,
             ffn_act=ACTIVATIONS[info.ffn_act], tied_output=bool(info.tied_output),
+            causal=bool(info.causal),
         )
 
     def metadata(self) -> dict[str, object]:

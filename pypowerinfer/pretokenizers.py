@@ -143,7 +143,7 @@ def pre_tokenizer(name: str) -> PreTokenizer:
 
 # Code points assigned in Unicode 16.0/17.0 (which the `regex` module knows); llama.cpp's
 # tables are Unicode 15.1 and call them unassigned, so \p{..} must not match them.
-_UNICODE_16_17 = regex.compile("[" + "".join(
+UNICODE_16_17 = regex.compile("[" + "".join(
     f"\\U{int(lo, 16):08X}-\\U{int(hi or lo, 16):08X}"
     for lo, _, hi in (item.partition("-") for item in """
     558 58B-58C 5C8-5C9 88F 897 B53-B54 C5C CDC 1ACF-1AF0 1B4E-1B4F 1B7F 1C89-1C8A 208F 209D-209F
@@ -183,7 +183,7 @@ class Splitter:
 
     def split(self, text: str) -> list[str]:
         plain = _NON_ASCII_SPACE.sub("\v", text)
-        categorized = _UNICODE_16_17.sub(_UNASSIGNED, plain)
+        categorized = UNICODE_16_17.sub(_UNASSIGNED, plain)
         spans = [(0, len(text))] if text else []
         for pattern, uses_categories in self._patterns:
             subject = categorized if uses_categories else plain

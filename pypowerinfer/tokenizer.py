@@ -14,10 +14,12 @@ Pipeline of `encode`, as in llama-vocab.cpp:
      - SentencePiece (`llama`): spaces become U+2581, then the fragment is merged by
        best-scoring adjacent pair; pieces missing from the vocab fall back to <0xXX> bytes;
      - byte-level BPE (`gpt2`): the pre-tokenizer regexes cut it into words, each word's UTF-8
-       bytes are mapped to GPT-2's printable characters and merged by lowest merge rank.
+       bytes are mapped to GPT-2's printable characters and merged by lowest merge rank;
+     - WordPiece (`bert`): words cut and normalized as BERT does, each matched longest piece
+       first (wpm.py); add_bos puts [CLS] before and [SEP] after.
 
 The parts: vocab.py reads the vocabulary and picks the model, pretokenizers.py holds the
-pre-tokenizer regexes and their splitter, bpe.py and spm.py the two models, merges.py the merge
+pre-tokenizer regexes and their splitter, bpe.py, spm.py and wpm.py the models, merges.py the merge
 queue and word cache they share, utf8.py UTF-8 as llama.cpp reads it; this module partitions
 text at special tokens and renders pieces.
 
@@ -93,14 +95,15 @@ class Tokenizer:
         self.nl_id = TOKEN_NULL if newline is None else newline
         ids = read_ids(meta, setup.default_ids, len(tokens))
         self.add_bos: bool = setup.always_bos or get_typed(meta, PREFIX + "add_bos_token", bool, setup.add_bos)
-        self.add_eos: bool = get_typed(meta, PREFIX + "add_eos_token", bool, False)
+        self.add_eos: bool = not setup.sep_not_eos and get_typed(meta, PREFIX + "add_eos_token", bool, False)
+        self.add_sep = setup.sep_not_eos
         self._space_prefix = setup.uses_space_prefix and get_typed(meta, PREFIX + "add_space_prefix", bool, True)
 
         attrs = read_attrs(meta, len(tokens))
         find_roles(ids, attrs, index)
         self._eog = frozenset(eog_ids(ids, attrs, tokens, index))
-        self.bos_id, self.eos_id, self.eot_id, self.eom_id, self.unk_id, self.pad_id = (
-            ids[role] for role in ("bos", "eos", "eot", "eom", "unk", "pad"))
+        self.bos_id, self.eos_id, self.eot_id, self.eom_id, self.unk_id, self.pad_id, self.sep_id = (
+            ids[role] for role in ("bos", "eos", "eot", "eom", "unk", "pad", "sep"))
 
         self._pieces = [self._piece(text, attr) for text, attr in zip(tokens, attrs)]
         hidden = UNKNOWN | CONTROL  # shown only when special=True
@@ -152,6 +155,8 @@ class Tokenizer:
             after_special = False
         if add_bos and self.add_eos:
             out.append(self._required(self.eos_id, "EOS"))
+        if add_bos and self.add_sep:
+            out.append(self._required(self.sep_id, "SEP"))
         return out
 
     @staticmethod

@@ -13,6 +13,7 @@ import numpy as np
 from .bpe import BytePairEncoder
 from .pretokenizers import pre_tokenizer
 from .spm import SentencePiece
+from .wpm import WordPiece
 
 log = logging.getLogger("pypowerinfer.tokenizer")  # the logger these warnings had before vocab.py split off
 
@@ -34,7 +35,7 @@ _TYPE_TO_ATTR = np.array([UNDEFINED, NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNU
 
 # tokenizer.ggml.model values llama.cpp knows but this module does not implement.
 _UNSUPPORTED_MODELS = {
-    "bert": "WordPiece", "t5": "Unigram", "rwkv": "RWKV", "plamo2": "PLaMo-2", "hybriddna": "HybridDNA",
+    "t5": "Unigram", "rwkv": "RWKV", "plamo2": "PLaMo-2", "hybriddna": "HybridDNA",
     "whitespace": "whitespace", "none": "no vocab", "no_vocab": "no vocab", "test": "test",
 }
 
@@ -133,11 +134,13 @@ def _read_merges(meta: Mapping[str, object]) -> list[str]:
 @dataclass
 class ModelSetup:
     """What the tokenizer model decides before the common part of loading."""
-    model: BytePairEncoder | SentencePiece
+    model: BytePairEncoder | SentencePiece | WordPiece
     default_ids: dict[str, int]
     uses_space_prefix: bool  # SentencePiece: a space before text that starts or follows a special token
     add_bos: bool  # default of tokenizer.ggml.add_bos_token
     always_bos: bool = False
+    # WordPiece: add_special means BOS ([CLS]) first and SEP last, whatever the add_* keys say
+    sep_not_eos: bool = False
 
 
 def setup_model(meta: Mapping[str, object], tokens: list[str], index: dict[str, int]) -> ModelSetup:
@@ -156,9 +159,20 @@ def setup_model(meta: Mapping[str, object], tokens: list[str], index: dict[str, 
             defaults = {"eos": 11} if pre.no_bos else {"bos": 11, "eos": 11}
         model = BytePairEncoder(index, _read_merges(meta), pre)
         return ModelSetup(model, defaults, uses_space_prefix=False, add_bos=pre.add_bos, always_bos=pre.always_bos)
+    if kind == "bert":
+        defaults = {"bos": 101, "unk": 100, "sep": 102, "pad": 0, "mask": 103}  # BERT's own ids
+        # BertNormalizer's options, on unless the file says otherwise; accents are stripped where
+        # text is lowercased unless said otherwise
+        lowercase = get_typed(meta, PREFIX + "normalizer.lowercase", bool, True)
+        strip_accents = get_typed(meta, PREFIX + "normalizer.strip_accents", bool, lowercase)
+        ids = read_ids(meta, defaults, len(tokens))
+        return ModelSetup(WordPiece(tokens, ids["unk"], ids["pad"], lowercase, strip_accents), defaults,
+                          uses_space_prefix=False,
+                          add_bos=True, always_bos=True, sep_not_eos=True)
     if kind in _UNSUPPORTED_MODELS:
         raise NotImplementedError(f"tokenizer model {kind!r} ({_UNSUPPORTED_MODELS[kind]}) is not implemented; "
-                                  "supported: 'gpt2' (byte-level BPE), 'gemma4', 'llama' (SentencePiece)")
+                                  "supported: 'gpt2' (byte-level BPE), 'gemma4', 'llama' (SentencePiece), "
+                                  "'bert' (WordPiece)")
     raise ValueError(f"unknown tokenizer model {kind!r} ({PREFIX}model)")
 
 

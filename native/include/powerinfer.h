@@ -53,6 +53,8 @@ typedef struct {
     float norm_eps, rope_freq_base, rope_freq_scale;
     int32_t ffn_act;  /* PI_ACT_* */
     int32_t tied_output;
+    int32_t causal;   /* 0: an encoder (bert, nomic-bert): embeddings only, no logits; pi_decode
+                       * takes its whole input at once (n_tokens <= n_batch) from position 0 */
 } pi_model_info;
 
 /* *_GLU: act(gate) * up (or act(gate) * act(up)); RELU and GELU: act(up), FFNs without a gate */

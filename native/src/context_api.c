@@ -34,7 +34,9 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     uint32_t n_batch = p.n_batch ? p.n_batch : 512;
     if (n_batch > n_ctx) n_batch = n_ctx;
     if (n_ctx > (1u << 24)) return pi_set_error(PI_ERR_ARG, "n_ctx %u is too large", n_ctx);
-    if (m->position_embd.data && n_ctx > (uint32_t)h->n_ctx_train)
+    /* an encoder's input is checked against its positions instead (pi_encode), as llama.cpp
+     * takes any n_ctx for one */
+    if (m->position_embd.data && h->causal && n_ctx > (uint32_t)h->n_ctx_train)
         return pi_set_error(PI_ERR_ARG, "n_ctx %u is more than the model's %d learned positions", n_ctx, h->n_ctx_train);
     pi_context *c = calloc(1, sizeof *c);
     if (!c) return pi_set_error(PI_ERR_NOMEM, "no memory for the context");
@@ -87,6 +89,10 @@ PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return pi_set_error(PI_ERR_ARG, "token id %d at index %d is outside the vocabulary of %d", tokens[i], i,
                                 n_vocab);
+    if (!c->model->info.causal) {
+        if (pos != 0) return pi_set_error(PI_ERR_ARG, "pi_decode: an encoder takes its whole input from position 0");
+        return pi_encode(c, tokens, n_tokens);
+    }
     c->n_past = pos;
     c->capture_base = pos;
     for (int32_t done = 0; done < n_tokens;) {

@@ -23,8 +23,7 @@ static void capture(const pi_context *c, float *buf, const float *rows, int il, 
 
 /* ---- FFN: dense, or over the neurons the predictor picks ---- */
 
-/* delta[0..n) = FFN(xn) for n tokens, every neuron */
-static void ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a) {
+void pi_ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a) {
     const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
     if (L->ffn_gate.data) {
         const pi_mm_target gate_up[2] = { { &L->ffn_gate, c->gate }, { &L->ffn_up, c->up } };
@@ -73,7 +72,7 @@ int pi_ffn_block(pi_context *c, int il, int n) {
             if (rc) return rc;
         }
     } else {
-        ffn_dense(c, L, il, n, a);
+        pi_ffn_dense(c, L, il, n, a);
     }
     pi_ffn_residual(c, il, c->x, c->delta, n);
     return PI_OK;
@@ -87,9 +86,8 @@ void pi_ffn_residual(const pi_context *c, int il, float *x, float *delta, int n)
     c->vec.axpy(1.0f, delta, x, n * d);
 }
 
-/* x[t] += position_embd[pos0 + t + offset]: learned positions (opt); pi_context_new keeps
- * every position of the context inside the table */
-static void add_positions(pi_context *c, int pos0, int n) {
+/* pi_context_new keeps every position of the context inside the table */
+void pi_add_positions(pi_context *c, int pos0, int n) {
     const pi_weight *w = &c->model->position_embd;
     const int d = c->model->info.n_embd;
     for (int t = 0; t < n; t++) {
@@ -205,7 +203,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
     if (c->adapter) pi_lora_embed(c, tokens, n);
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
-    if (m->position_embd.data) add_positions(c, pos0, n);
+    if (m->position_embd.data) pi_add_positions(c, pos0, n);
     pi_rope_table(c, pos0, n);
 
     /* each layer's attention and FFN, where the context placed them */

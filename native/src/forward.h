@@ -14,5 +14,13 @@ int pi_ffn_block(pi_context *c, int il, int n);
 int pi_logits_block(pi_context *c, int n, int pos0, int logits_mode);
 /* x += post_ffn_norm(delta + ffn_down_b) for n rows: the FFN's result joins the stream */
 void pi_ffn_residual(const pi_context *c, int il, float *x, float *delta, int n);
+/* delta[0..n) = FFN(a) for n tokens, every neuron (a: the FFN's input, quantized) */
+void pi_ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a);
+/* x[t] += position_embd[pos0 + t + offset]: learned positions (opt, bert) */
+void pi_add_positions(pi_context *c, int pos0, int n);
+
+/* The encoder's pass (encoder.c): tokens[0..n) as one input, bidirectionally, from position 0;
+ * the final hidden states become embedding rows 0..n */
+int pi_encode(pi_context *c, const int32_t *tokens, int n);
 
 #endif

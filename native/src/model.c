@@ -17,8 +17,9 @@ enum {
     ARCH_UNGATED = 1 << 3,       /* FFN down(act(up(x))), no gate */
     ARCH_LAYER_NORM = 1 << 4,    /* LayerNorm with bias, eps from attention.layer_norm_epsilon */
     ARCH_NO_ROPE = 1 << 5,
-    ARCH_LEARNED_POS = 1 << 6,   /* position_embd.weight, read from row pos + 2 (OPT's offset) */
+    ARCH_LEARNED_POS = 1 << 6,   /* position_embd.weight, read from row pos + position_offset (bind_positions) */
     ARCH_PARALLEL = 1 << 7,      /* x += attn(norm2(x)) + ffn(norm(x)), norm2 = norm when absent */
+    ARCH_ENCODER = 1 << 8,       /* bidirectional, post-norms, normed input embeddings, no output (encoder.c) */
 };
 
 /* Architectures we run, the FFN activation each implies, and its traits. */
@@ -31,6 +32,9 @@ static const struct { const char *arch; int ffn_act; unsigned traits; } ARCHS[] 
     /* as PowerInfer's llama.cpp runs OPT (ReLU) */
     { "opt", PI_ACT_RELU, ARCH_UNGATED | ARCH_LAYER_NORM | ARCH_NO_ROPE | ARCH_LEARNED_POS },
     { "falcon", PI_ACT_GELU, ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_UNGATED | ARCH_LAYER_NORM | ARCH_PARALLEL },
+    /* embedding models; q/k/v separate or fused, as llama.cpp's create_tensor_qkv takes them */
+    { "bert", PI_ACT_GELU, ARCH_ENCODER | ARCH_LAYER_NORM | ARCH_UNGATED | ARCH_NO_ROPE | ARCH_LEARNED_POS | ARCH_FUSED_QKV },
+    { "nomic-bert", PI_ACT_SILU_GLU, ARCH_ENCODER | ARCH_LAYER_NORM | ARCH_ROPE_NEOX | ARCH_FUSED_QKV },
 };
 
 static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu", "gelu_glu", "relu", "gelu" };
@@ -83,7 +87,7 @@ static int read_arch(pi_model *m) {
             return PI_OK;
         }
     return pi_set_error(PI_ERR_UNSUPPORTED,
-                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, phi3, opt, falcon)", m->arch);
+                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, phi3, opt, falcon, bert, nomic-bert)", m->arch);
 }
 
 /* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
@@ -120,6 +124,8 @@ static int read_traits(pi_model *m) {
     m->rope_neox = (m->traits & ARCH_ROPE_NEOX) != 0;
     m->layer_norm = (m->traits & ARCH_LAYER_NORM) != 0;
     m->parallel = (m->traits & ARCH_PARALLEL) != 0;
+    m->encoder = (m->traits & ARCH_ENCODER) != 0;
+    m->info.causal = !m->encoder;
     if (m->traits & ARCH_NO_ROPE) m->info.n_rot = 0;
     int rc = read_softcaps(m);
     if (rc) return rc;
@@ -312,6 +318,25 @@ static int bind_qkv(pi_model *m, pi_layer *L, int il, int64_t d, int64_t q_dim, 
     return PI_OK;
 }
 
+/* A fused attn_qkv's bias, as q's, k's and v's: llama.cpp adds it when present, and a file with
+ * it and any of the separate biases too has tensors llama.cpp does not load */
+static int bind_qkv_bias(pi_model *m, pi_layer *L, int il, float **cursor, int64_t q_dim, int64_t kv_dim) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+    const int fused = (m->traits & ARCH_FUSED_QKV) && gguf_find_tensor(&m->file, name); /* as bind_qkv */
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.bias", il);
+    if (!fused || !gguf_find_tensor(&m->file, name)) return PI_OK;
+    if (L->attn_q_b || L->attn_k_b || L->attn_v_b)
+        return pi_set_error(PI_ERR_FORMAT, "layer %d has both '%s' and separate q/k/v biases", il, name);
+    float *qkv_b;
+    int rc = bind_vector(m, &qkv_b, cursor, name, q_dim + 2 * kv_dim, 1);
+    if (rc) return rc;
+    L->attn_q_b = qkv_b;
+    L->attn_k_b = qkv_b + q_dim;
+    L->attn_v_b = qkv_b + q_dim + kv_dim;
+    return PI_OK;
+}
+
 /* gate and up from their own tensors, or as the two halves of phi3's ffn_up (gate rows first,
  * as llama.cpp's SwiGLU split takes them) */
 static int bind_gate_up(pi_model *m, pi_layer *L, int il, int64_t d, int64_t n_ff) {
@@ -349,8 +374,8 @@ static int bind_norm(pi_model *m, float **w, float **b, float **cursor, const ch
 static int bind_block_norms(pi_model *m, pi_layer *L, int il, float **cursor) {
     const int64_t d = m->info.n_embd;
     char attn[48], ffn[48];
-    snprintf(attn, sizeof attn, "blk.%d.%s", il, m->parallel ? "attn_norm_2" : "attn_norm");
-    snprintf(ffn, sizeof ffn, "blk.%d.%s", il, m->parallel ? "attn_norm" : "ffn_norm");
+    snprintf(attn, sizeof attn, "blk.%d.%s", il, m->encoder ? "attn_output_norm" : m->parallel ? "attn_norm_2" : "attn_norm");
+    snprintf(ffn, sizeof ffn, "blk.%d.%s", il, m->encoder ? "layer_output_norm" : m->parallel ? "attn_norm" : "ffn_norm");
     int rc;
     if ((rc = bind_norm(m, &L->attn_norm, &L->attn_norm_b, cursor, attn, d, !m->parallel)) ||
         (rc = bind_norm(m, &L->ffn_norm, &L->ffn_norm_b, cursor, ffn, d, 1)))
@@ -362,18 +387,38 @@ static int bind_block_norms(pi_model *m, pi_layer *L, int il, float **cursor) {
     return PI_OK;
 }
 
-/* OPT's learned positions: one row per position, from row position_offset on (PowerInfer adds
- * 2 to every position, as HF's OPTLearnedPositionalEmbedding); the rows bound the context. */
+/* Learned positions: one row per position, from row position_offset on (OPT: PowerInfer adds 2
+ * to every position, as HF's OPTLearnedPositionalEmbedding; bert: 0); the rows bound the context. */
 static int bind_positions(pi_model *m) {
     const gguf_tensor *t = gguf_find_tensor(&m->file, "position_embd.weight");
     if (!t) return pi_set_error(PI_ERR_FORMAT, "GGUF: required tensor 'position_embd.weight' is missing");
-    m->position_offset = 2;
+    m->position_offset = m->encoder ? 0 : 2;
     if (t->ne[1] <= m->position_offset || t->ne[1] > (1 << 24))
         return pi_set_error(PI_ERR_FORMAT, "tensor 'position_embd.weight' has %lld positions", (long long)t->ne[1]);
     int rc = bind_weight(m, &m->position_embd, "position_embd.weight", m->info.n_embd, t->ne[1], 1);
     const int32_t n_pos = (int32_t)t->ne[1] - m->position_offset;
     if (m->info.n_ctx_train > n_pos) m->info.n_ctx_train = n_pos;
     return rc;
+}
+
+/* An encoder's input: the LayerNorm of its embeddings, and row 0 of the optional token_types,
+ * which every token gets (llama.cpp runs every input as sentence A) */
+static int bind_encoder_input(pi_model *m, float **cursor) {
+    const int64_t d = m->info.n_embd;
+    int rc = bind_norm(m, &m->embd_norm, &m->embd_norm_b, cursor, "token_embd_norm", d, 1);
+    const gguf_tensor *t = gguf_find_tensor(&m->file, "token_types.weight");
+    if (rc || !t) return rc;
+    pi_weight types;
+    if ((rc = bind_weight(m, &types, "token_types.weight", d, t->ne[1] > 0 ? t->ne[1] : 1, 1))) return rc;
+    if (t->type != PI_TYPE_F32 && t->type != PI_TYPE_F16 && t->type != PI_TYPE_BF16)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "tensor 'token_types.weight' has type %s (F32, F16 or BF16 expected)",
+                            pi_type_name(t->type));
+    pi_kernels ref;
+    pi_kernels_ref(&ref);
+    ref.dequant[t->type](types.data, *cursor, (int)d);
+    m->token_type_embd = *cursor;
+    *cursor += d;
+    return PI_OK;
 }
 
 /* the down bias; PowerInfer's converter renames it with the transposed matrix */
@@ -447,14 +492,16 @@ static int bind_tensors(pi_model *m) {
         m->info.tied_output = 1;
     }
     if ((m->traits & ARCH_LEARNED_POS) && (rc = bind_positions(m))) return rc;
-    size_t n_floats = 2 * (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_vocab +
+    /* 5 d: the output norm, or an encoder's input norm, and its token type row */
+    size_t n_floats = 5 * (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_vocab +
                       (size_t)h->n_layer * (size_t)(8 * d + q_dim + 2 * kv_dim + 3 * h->n_ff + 2 * m->head_dim);
     m->vectors = malloc(n_floats * sizeof(float));
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
     float *cur = m->vectors;
     const int gemma = strcmp(m->arch, "gemma3") == 0;
-    if ((rc = bind_norm(m, &m->output_norm, &m->output_norm_b, &cur, "output_norm", d, 1)) ||
+    if ((rc = bind_norm(m, &m->output_norm, &m->output_norm_b, &cur, "output_norm", d, !m->encoder)) ||
+        (m->encoder && (rc = bind_encoder_input(m, &cur))) ||
         (rc = bind_vector(m, &m->output_b, &cur, "output.bias", h->n_vocab, 0)) ||
         (rc = bind_vector(m, &m->rope_freqs, &cur, "rope_freqs.weight", h->n_rot / 2, 0)))
         return rc;
@@ -467,6 +514,7 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_vector(m, &L->attn_q_b, &cur, NAME("attn_q.bias"), q_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_k_b, &cur, NAME("attn_k.bias"), kv_dim, 0)) ||
             (rc = bind_vector(m, &L->attn_v_b, &cur, NAME("attn_v.bias"), kv_dim, 0)) ||
+            (rc = bind_qkv_bias(m, L, il, &cur, q_dim, kv_dim)) ||
             (rc = bind_weight(m, &L->attn_output, NAME("attn_output.weight"), q_dim, d, 1)) ||
             (rc = bind_vector(m, &L->attn_output_b, &cur, NAME("attn_output.bias"), d, 0)) ||
             (rc = bind_gate_up(m, L, il, d, h->n_ff)) ||

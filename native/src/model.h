@@ -14,10 +14,12 @@ typedef struct {
 } pi_weight;
 
 typedef struct {
-    float *attn_norm, *attn_norm_b;                     /* [n_embd] the attention's input norm (bias: LayerNorm) */
+    /* [n_embd] the attention's and the FFN's input norms (bias: LayerNorm); in an encoder the
+     * post-norms after each residual instead (bert's attn_output_norm, layer_output_norm) */
+    float *attn_norm, *attn_norm_b;
     pi_weight attn_q, attn_k, attn_v, attn_output;      /* q: n_embd -> n_head*head_dim, k/v: -> n_head_kv*head_dim */
     float *attn_q_b, *attn_k_b, *attn_v_b;              /* optional biases, NULL when absent */
-    float *ffn_norm, *ffn_norm_b;                       /* [n_embd] the FFN's input norm (falcon: GGUF attn_norm) */
+    float *ffn_norm, *ffn_norm_b;                       /* falcon: GGUF attn_norm */
     pi_weight ffn_gate, ffn_up;                         /* n_embd -> n_ff, one row per FFN neuron; no gate in opt, falcon */
     pi_weight ffn_down;                                 /* n_ff -> n_embd */
     float *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b; /* optional biases, NULL when absent */
@@ -44,6 +46,9 @@ struct pi_model {
     pi_weight token_embd;   /* n_vocab rows of n_embd */
     pi_weight position_embd; /* learned positions (opt): row pos + position_offset is added to the embedding */
     int32_t position_offset;
+    int encoder;            /* bert, nomic-bert: bidirectional, embeddings only (encoder.c) */
+    float *embd_norm, *embd_norm_b; /* [n_embd] an encoder's LayerNorm of its input embeddings */
+    float *token_type_embd; /* [n_embd] token type 0's row, added to every input embedding, or NULL */
     float *output_norm, *output_norm_b; /* [n_embd] */
     pi_weight output;       /* n_embd -> n_vocab; token_embd when tied */
     float *output_b;        /* [n_vocab] optional bias of the logits */
