@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import typing
 
+import numpy as np
 import pytest
 
 import pypowerinfer
@@ -136,3 +137,16 @@ def test_context_params_as_llama_index_reads_them(smollm2_path):
         p = llm.context_params
         assert (p.n_ctx, p.n_batch, p.n_threads, p.embeddings) == (llm.n_ctx(), 32, 1, False)
         assert p.type_k == p.type_v == 1  # f16
+
+
+def test_prompt_lookup_drafts_as_llama_cpp_python_does(llama_cpp):
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding as Theirs
+
+    from pypowerinfer.llama_speculative import LlamaPromptLookupDecoding as Ours
+
+    rng = np.random.default_rng(0)
+    for case in range(300):
+        ids = rng.integers(0, 4, int(rng.integers(0, 24))).astype(np.intc)  # few ids: many repeats
+        size, count = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        expected = Theirs(max_ngram_size=size, num_pred_tokens=count)(ids)
+        np.testing.assert_array_equal(Ours(max_ngram_size=size, num_pred_tokens=count)(ids), expected, str(case))

@@ -1,2 +1,2 @@
-"""llama_cpp.llama_speculative: the draft model interface, from pypowerinfer."""
-from pypowerinfer.llama_speculative import LlamaDraftModel  # noqa: F401
+"""llama_cpp.llama_speculative: the draft model interface and prompt lookup, from pypowerinfer."""
+from pypowerinfer.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding  # noqa: F401
