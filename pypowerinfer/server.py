@@ -314,6 +314,8 @@ def parse_args(argv=None):
                     help="layer offload: the last N layers on the CUDA device (-1: all)")
     ap.add_argument("--no-sparse", action="store_true", default=_env("no_sparse", "") not in ("", "0", "false"))
     ap.add_argument("--sparse-shift", type=float, default=float(_env("sparse_shift", 0.0)))
+    ap.add_argument("--lora-path", default=_env("lora_path"), help="a LoRA adapter (llama.cpp's GGUF) for the model")
+    ap.add_argument("--lora-scale", type=float, default=float(_env("lora_scale", 1.0)))
     return ap.parse_args(argv)
 
 
@@ -329,7 +331,8 @@ def main(argv=None) -> int:
         llm = Llama(model, n_ctx=args.n_ctx, n_threads=args.n_threads, chat_format=args.chat_format,
                     embedding=True, sparse=False if args.no_sparse else None,  # None: as the file decided
                     sparse_threshold_shift=args.sparse_shift,
-                    vram_budget=args.vram_budget, n_gpu_layers=args.n_gpu_layers, verbose=False)
+                    vram_budget=args.vram_budget, n_gpu_layers=args.n_gpu_layers,
+                    lora_path=args.lora_path, lora_scale=args.lora_scale, verbose=False)
     except (OSError, ValueError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -155,3 +155,13 @@ def test_a_context_on_a_device_refuses_an_adapter(tmp_path):
 def test_the_adapter_shapes_come_from_the_base(tmp_path, base):
     shapes = base_shapes(base)
     assert shapes["blk.0.attn_k.weight"] == (32, 64)  # n_head_kv 2 x head_dim 16, n_embd 64
+
+
+def test_the_server_takes_an_adapter_and_names_a_wrong_one(tmp_path, base, capsys):
+    from pypowerinfer.server import main, parse_args
+
+    args = parse_args(["--lora-path", "a.gguf", "--lora-scale", "0.5"])
+    assert (args.lora_path, args.lora_scale) == ("a.gguf", 0.5)
+    wrong = write_lora_gguf(tmp_path / "a.gguf", base, arch="qwen2")
+    assert main(["--model", str(base), "--lora-path", wrong]) == 1
+    assert "architecture 'qwen2'" in capsys.readouterr().err
