@@ -1,11 +1,14 @@
 """Side by side: llama-cpp-python and pypowerinfer on the same GGUF, same threads, one run.
 
     python bench/compare.py [MODEL] [-t THREADS] [--decode 128] [--prefill 512] [--repeats 3]
+                            [--lora ADAPTER | --lora-rank R] [--lora-scale S]
 
 Prints decode tok/s (one token at a time after a short prompt), prefill tok/s (one batch of
 --prefill tokens), the ratio ours/theirs, the bytes each decoded token must read, and the
 share of the memory-bandwidth roofline each engine reaches. Without MODEL it uses the default
-SmolLM2-135M-Instruct; `--tinyllama` builds and uses the synthetic 1.1B Q4_0 model.
+SmolLM2-135M-Instruct; `--tinyllama` builds and uses the synthetic 1.1B Q4_0 model. With
+--lora both engines apply the adapter; --lora-rank writes a random F16 one of that rank for the
+model's attention and FFN (tests/synthetic_lora.py) and uses it.
 """
 from __future__ import annotations
 
@@ -80,6 +83,9 @@ def main(argv=None) -> int:
     p.add_argument("--decode", type=int, default=128)
     p.add_argument("--prefill", type=int, default=512)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--lora", help="a LoRA adapter GGUF for MODEL")
+    p.add_argument("--lora-rank", type=int, help="write a random F16 adapter of this rank and use it")
+    p.add_argument("--lora-scale", type=float, default=1.0)
     args = p.parse_args(argv)
 
     import llama_cpp
@@ -94,6 +100,14 @@ def main(argv=None) -> int:
     n_ctx = args.prefill + args.decode + 64
     common = dict(n_ctx=n_ctx, n_batch=args.prefill, n_threads=args.threads, n_threads_batch=args.threads,
                   verbose=False)
+    if args.lora_rank:
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        from synthetic_lora import write_lora_gguf
+
+        args.lora = write_lora_gguf(HERE / "models" / f"lora-r{args.lora_rank}.gguf", model, rank=args.lora_rank,
+                                    alpha=2.0 * args.lora_rank, type_name="F16")
+    if args.lora:
+        common.update(lora_path=args.lora, lora_scale=args.lora_scale)
     engines = {"llama-cpp-python": llama_cpp.Llama(model, **common), "pypowerinfer": Llama(model, **common)}
     prompt = engines["pypowerinfer"].tokenize(b"The history of the printing press begins with", add_bos=True)
     results = {name: measure(llm, prompt, args.decode, args.prefill, args.repeats) for name, llm in engines.items()}
@@ -102,7 +116,8 @@ def main(argv=None) -> int:
     bandwidth = read_bandwidth(args.threads)
     roofline = bandwidth * 1e9 / bytes_per_token
     ours, theirs = results["pypowerinfer"], results["llama-cpp-python"]
-    print(f"model {os.path.basename(model)}, {args.threads} threads, kernels {engines['pypowerinfer']._ctx.kernels}")
+    print(f"model {os.path.basename(model)}, {args.threads} threads, kernels {engines['pypowerinfer']._ctx.kernels}"
+          + (f", LoRA adapter {os.path.basename(args.lora)} scale {args.lora_scale}" if args.lora else ""))
     print(f"bytes read per decoded token: {bytes_per_token / 1e6:.1f} MB; read bandwidth {bandwidth:.1f} GB/s "
           f"(numpy, {args.threads} threads) -> decode roofline {roofline:.0f} tok/s")
     print(f"{'engine':<18}{'decode tok/s':>14}{'prefill tok/s':>15}{'roofline':>10}")
