@@ -22,6 +22,7 @@ from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool,
                    tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
+from .llama_speculative import LlamaDraftModel
 from .llama_tokenizer import LlamaTokenizer
 from .model import NativeAdapter, NativeContext, NativeModel, sparse_policy
 from .placement import open_context
@@ -39,8 +40,7 @@ def _refuse_unsupported(options: Dict[str, Any]) -> None:
     """Options of llama-cpp-python's Llama that change results and are not implemented: refused,
     never silently ignored (the others, such as use_mlock or rope settings read from the file,
     are accepted and ignored)."""
-    missing = {"draft_model": "speculative decoding",
-               "tokenizer": "a tokenizer other than the model's"}
+    missing = {"tokenizer": "a tokenizer other than the model's"}
     for name, what in missing.items():
         if options.get(name) is not None:
             raise NotImplementedError(f"Llama({name}=...): {what} not implemented in pypowerinfer yet")
@@ -89,6 +89,7 @@ class Llama:
         lora_base: Optional[str] = None,
         lora_scale: float = 1.0,
         lora_path: Optional[str] = None,
+        draft_model: Optional[LlamaDraftModel] = None,
         **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
     ):
         _refuse_unsupported(kwargs)
@@ -129,6 +130,15 @@ class Llama:
         self.last_n_tokens_size = last_n_tokens_size
         self._seed = seed or LLAMA_DEFAULT_SEED
         self._logits_all = logits_all
+        # speculative decoding: draft_model proposes tokens after each sampled one; one step
+        # verifies them all, so a context without logits_all keeps rows for the last draft_cap + 1
+        # tokens of a step (the peer turns logits_all on instead)
+        if draft_model is not None and not isinstance(draft_model, LlamaDraftModel):
+            raise TypeError(f"draft_model must be a LlamaDraftModel, not {type(draft_model).__name__}")
+        self.draft_model = draft_model
+        self._draft_cap = max(1, min(int(getattr(draft_model, "num_pred_tokens", 16)), max(n_batch, 2) - 1))
+        self._n_logits = self._draft_cap + 1 if draft_model is not None and not logits_all else 1
+        self._logits_from = 0  # without logits_all: the position whose logits are in row 0
         self._pooling_override = None if pooling_type == -1 else pooling_type
         self.cache = None
         self.n_tokens = 0
@@ -149,7 +159,7 @@ class Llama:
         options = dict(n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
                        n_threads_batch=self.n_threads_batch, logits_all=logits_all, kernel_impl=kernel_impl,
                        sparse=mode, sparse_threshold_shift=sparse_threshold_shift,
-                       embeddings=embedding)
+                       embeddings=embedding, n_logits=min(self._n_logits, self.n_batch))
         if lora_path is not None:
             self._adapter = NativeAdapter(self._model, lora_path)  # checked against the model before a context exists
             if n_gpu_layers or vram_budget:
@@ -254,7 +264,8 @@ class Llama:
         ctx = self._require_ctx()
         with self._lock:
             blob = ctx.get_state()
-            rows = self.scores[: self.n_tokens] if self._logits_all else self.scores
+            last = max(self.n_tokens - 1 - self._logits_from, 0)  # the last position's row (row 0 when none)
+            rows = self.scores[: self.n_tokens] if self._logits_all else self.scores[last: last + 1]
             return LlamaState(input_ids=self.input_ids.copy(), scores=np.array(rows, copy=True), n_tokens=self.n_tokens,
                               llama_state=blob, llama_state_size=len(blob), seed=self._seed)
 
@@ -270,7 +281,8 @@ class Llama:
             if self._logits_all:
                 self.scores[: state.n_tokens] = state.scores[: state.n_tokens]
             else:
-                self.scores[:] = state.scores
+                self.scores[0] = state.scores[-1]  # the last position's, as save_state keeps them
+                self._logits_from = self.n_tokens - 1
             self._seed = state.seed
 
     def reset(self) -> None:
@@ -298,15 +310,21 @@ class Llama:
         if len(tokens) == 0:
             return
         batch = np.asarray(tokens, dtype=np.int32)
+        tail = min(len(batch), self._n_logits)
         with self._lock:
-            ctx.decode(batch, self.n_tokens)
+            ctx.decode(batch, self.n_tokens, tail)
             self.input_ids[self.n_tokens: self.n_tokens + len(batch)] = batch
             self.n_tokens += len(batch)
+            self._logits_from = self.n_tokens - tail
 
     def _last_logits(self, idx: Optional[int] = None) -> np.ndarray:
+        idx = self.n_tokens - 1 if idx is None else idx
         if self._logits_all:
-            return self.scores[(idx if idx is not None else self.n_tokens - 1)]
-        return self.scores[0]
+            return self.scores[idx]
+        if not self._logits_from <= idx < self.n_tokens:
+            raise ValueError(f"the logits of position {idx} are not kept (the last step's rows hold positions "
+                             f"{self._logits_from}..{self.n_tokens - 1}); use logits_all=True")
+        return self.scores[idx - self._logits_from]
 
     def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
                temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
@@ -362,14 +380,36 @@ class Llama:
         self._history_start = self.n_tokens + len(tokens)
         try:
             while True:
+                # tokens: what was sampled (and sent in) since the last step, then the draft's guesses
+                first = self.n_tokens + len(tokens) - 1  # the first position to sample after
+                tokens += self._draft(tokens)
                 self.eval(tokens)
-                token = self._sample(params, logits_processor, grammar)
-                if stopping_criteria is not None and stopping_criteria(self._input_ids, self._last_logits()):
-                    return
-                extra = yield token
-                tokens = [token] + (list(extra) if extra else [])
+                for idx in range(first, self.n_tokens):
+                    token = self._sample(params, logits_processor, grammar, idx)
+                    if stopping_criteria is not None and stopping_criteria(self.input_ids[: idx + 1],
+                                                                           self._last_logits(idx)):
+                        return
+                    extra = yield token
+                    tokens = [token] + (list(extra) if extra else [])
+                    # the next guess is wrong, or the caller sent tokens: drop the rest of the draft
+                    if idx + 1 < self.n_tokens and (extra or token != self.input_ids[idx + 1]):
+                        self.n_tokens = idx + 1  # the next eval overwrites the cache from here
+                        break
+                    if idx + 1 < self.n_tokens:
+                        tokens = []  # the guess is in the cache already
         finally:
             self._history_start = None
+
+    def _draft(self, tokens: List[int]) -> List[int]:
+        """The draft model's guesses after `tokens`, as many as the context and the logits rows hold."""
+        if self.draft_model is None:
+            return []
+        room = min(self._draft_cap, self._n_ctx - self.n_tokens - len(tokens))
+        if room <= 0:
+            return []
+        self.input_ids[self.n_tokens: self.n_tokens + len(tokens)] = tokens
+        guesses = self.draft_model(self.input_ids[: self.n_tokens + len(tokens)])
+        return [int(t) for t in np.asarray(guesses)[:room]]
 
     # ---- completions ----
     def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,

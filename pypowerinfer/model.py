@@ -281,7 +281,7 @@ class NativeContext:
                  n_threads_batch: int, logits_all: bool, kernel_impl: KernelImpl = KernelImpl.AUTO,
                  sparse: Sparse = Sparse.DECODE, sparse_threshold_shift: float = 0.0,
                  device: Device = Device.NONE, vram_budget: int = 0, embeddings: bool = False,
-                 n_gpu_layers: int = 0):
+                 n_gpu_layers: int = 0, n_logits: int = 1):
         params = lib.pi_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -295,6 +295,7 @@ class NativeContext:
         params.vram_budget = int(vram_budget)
         params.embeddings = int(embeddings)
         params.n_gpu_layers = int(n_gpu_layers)
+        params.n_logits = int(n_logits)
         self._capture = None
         self._adapter = None
         out = ffi.new("pi_context **")
@@ -314,12 +315,13 @@ class NativeContext:
             d = model.info.n_embd
             self.embeddings = np.frombuffer(ffi.buffer(ptr, rows[0] * d * 4), dtype=np.float32).reshape(rows[0], d)
 
-    def decode(self, tokens: np.ndarray, pos: int) -> None:
-        """Evaluate int32 `tokens` at positions pos, pos+1, ...; the GIL is released meanwhile."""
+    def decode(self, tokens: np.ndarray, pos: int, n_logits: int = 1) -> None:
+        """Evaluate int32 `tokens` at positions pos, pos+1, ...; the GIL is released meanwhile.
+        Without logits_all, the logits of the last n_logits tokens land in rows 0.. of `logits`."""
         if self._handle is None:
             raise ValueError("the context has been closed")
         tokens = np.ascontiguousarray(tokens, dtype=np.int32)
-        check(lib.pi_decode(self._handle, ffi.from_buffer("int32_t[]", tokens), len(tokens), pos))
+        check(lib.pi_decode_tail(self._handle, ffi.from_buffer("int32_t[]", tokens), len(tokens), pos, n_logits))
 
     def set_adapter(self, adapter: NativeAdapter | None, scale: float = 1.0) -> None:
         """Apply a LoRA adapter (None: none) to every later decode; the context keeps it alive."""

@@ -109,6 +109,7 @@ typedef struct {
     uint64_t vram_budget;    /* device bytes for the hybrid split; 0 = all on the CPU */
     int32_t embeddings;      /* keep every evaluated position's final normed hidden state (pi_get_embeddings) */
     int32_t n_gpu_layers;    /* layer offload: the last n layers on the CUDA device (< 0: all); 0 = none */
+    int32_t n_logits;        /* without logits_all: rows of logits kept, the most pi_decode_tail asks for (0 = 1) */
 } pi_context_params;
 
 enum {
@@ -134,8 +135,14 @@ PI_API const char *pi_context_kernels(const pi_context *ctx); /* "ref", "avx2", 
  * are dropped first, so a caller rewinds by passing a smaller pos. Splits into n_batch chunks. */
 PI_API int pi_decode(pi_context *ctx, const int32_t *tokens, int32_t n_tokens, int32_t pos);
 
+/* As pi_decode, with the logits of the last n_logits tokens (1 <= n_logits <= params.n_logits)
+ * in rows 0 .. n_logits-1, in token order: a draft verified in one step. With logits_all the
+ * rows are by position, as pi_decode's, whatever n_logits. */
+PI_API int pi_decode_tail(pi_context *ctx, const int32_t *tokens, int32_t n_tokens, int32_t pos, int32_t n_logits);
+
 /* The logits buffer, owned by the context: [n_ctx][n_vocab] with logits_all (row = position),
- * else [1][n_vocab] holding the last evaluated position. *rows receives the row count. */
+ * else [n_logits][n_vocab], row 0 holding pi_decode's last evaluated position. *rows receives
+ * the row count. */
 PI_API float *pi_get_logits(pi_context *ctx, int32_t *rows);
 
 /* With params.embeddings: [n_ctx][n_embd], row = position, the hidden state after the final norm

@@ -88,12 +88,12 @@ struct pi_context {
     int64_t step_bytes;         /* weight bytes read by the current pi_forward step */
 };
 
-enum { PI_LOGITS_NONE = 0, PI_LOGITS_LAST = 1, PI_LOGITS_ALL = 2 };
-
-/* Where a step's logits go: from row pos0 on with PI_LOGITS_ALL, else row 0 (the last position's). */
-static inline float *pi_logits_rows(const pi_context *c, int pos0, int logits_mode) {
-    return c->logits + (logits_mode == PI_LOGITS_ALL ? (size_t)pos0 * c->model->info.n_vocab : 0);
-}
+/* Which of a step's n tokens get logits, and where: tokens [first, n) into rows[0 ..), one row
+ * of n_vocab each; first == n (rows NULL) when none of them does. */
+typedef struct {
+    int first;
+    float *rows;
+} pi_outputs;
 
 /* The scratch buffers of a context of n_ctx positions, n_batch tokens a step and n_threads
  * threads, sized and checked against the machine's memory first (context.c). */

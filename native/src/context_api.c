@@ -34,6 +34,8 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     uint32_t n_batch = p.n_batch ? p.n_batch : 512;
     if (n_batch > n_ctx) n_batch = n_ctx;
     if (n_ctx > (1u << 24)) return pi_set_error(PI_ERR_ARG, "n_ctx %u is too large", n_ctx);
+    if (p.n_logits < 0 || p.n_logits > (int32_t)n_ctx)
+        return pi_set_error(PI_ERR_ARG, "n_logits %d is outside [0, n_ctx %u]", p.n_logits, n_ctx);
     /* an encoder's input is checked against its positions instead (pi_encode), as llama.cpp
      * takes any n_ctx for one */
     if (m->position_embd.data && h->causal && n_ctx > (uint32_t)h->n_ctx_train)
@@ -46,7 +48,8 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->n_batch = n_batch;
     c->params.n_threads = p.n_threads > 0 ? p.n_threads : cpu_count();
     c->params.n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : c->params.n_threads;
-    c->logits_rows = p.logits_all ? (int)n_ctx : 1;
+    c->logits_rows = p.logits_all ? (int)n_ctx : p.n_logits > 0 ? p.n_logits : 1;
+
     int rc = pi_kernels_init(&c->kern, p.kernel_impl) == 0
                  ? PI_OK
                  : pi_set_error(PI_ERR_UNSUPPORTED, "kernel implementation %d is not available on this CPU", p.kernel_impl);
@@ -76,8 +79,25 @@ PI_API uint32_t pi_context_n_ctx(const pi_context *c) { return c ? c->n_ctx : 0;
 
 PI_API const char *pi_context_kernels(const pi_context *c) { return c ? c->kern.name : ""; }
 
+/* The outputs of the chunk [done, done + n) of a call whose last n_logits tokens get logits:
+ * rows by position with logits_all, else rows 0.. in token order */
+static pi_outputs chunk_outputs(pi_context *c, int32_t n_tokens, int32_t n_logits, int32_t done, int n) {
+    const size_t n_vocab = (size_t)c->model->info.n_vocab;
+    if (c->params.logits_all) return (pi_outputs){ 0, c->logits + (size_t)(c->n_past) * n_vocab };
+    const int32_t tail = n_tokens - n_logits; /* the first token with logits */
+    const int first = tail > done ? (tail - done < n ? tail - done : n) : 0;
+    return (pi_outputs){ first, first < n ? c->logits + (size_t)(done + first - tail) * n_vocab : NULL };
+}
+
 PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int32_t pos) {
+    return pi_decode_tail(c, tokens, n_tokens, pos, 1);
+}
+
+PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens, int32_t pos, int32_t n_logits) {
     if (!c || (!tokens && n_tokens > 0)) return pi_set_error(PI_ERR_ARG, "pi_decode: NULL argument");
+    if (!c->params.logits_all && n_tokens > 0 && (n_logits < 1 || n_logits > n_tokens || n_logits > c->logits_rows))
+        return pi_set_error(PI_ERR_ARG, "pi_decode_tail: logits for the last %d of %d tokens, but the context keeps "
+                                        "1 to %d rows (n_logits)", n_logits, n_tokens, c->logits_rows);
     if (n_tokens < 0 || pos < 0 || pos > c->n_past)
         return pi_set_error(PI_ERR_ARG, "pi_decode: position %d with %d tokens is invalid (%d cached)", pos, n_tokens,
                             c->n_past);
@@ -97,8 +117,7 @@ PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int
     c->capture_base = pos;
     for (int32_t done = 0; done < n_tokens;) {
         int n = n_tokens - done < (int32_t)c->n_batch ? n_tokens - done : (int32_t)c->n_batch;
-        int last_chunk = done + n == n_tokens;
-        int rc = pi_forward(c, tokens + done, n, c->params.logits_all ? PI_LOGITS_ALL : last_chunk ? PI_LOGITS_LAST : PI_LOGITS_NONE);
+        int rc = pi_forward(c, tokens + done, n, chunk_outputs(c, n_tokens, n_logits, done, n));
         if (rc) return rc;
         done += n;
     }

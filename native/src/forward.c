@@ -137,27 +137,25 @@ int pi_attention_block(pi_context *c, int il, int n, int pos0) {
     return PI_OK;
 }
 
-/* logits of the last position, or of every position with logits_all */
-int pi_logits_block(pi_context *c, int n, int pos0, int logits_mode) {
+/* logits of the step's tokens [out.first, n) */
+int pi_logits_block(pi_context *c, int n, pi_outputs out) {
     const pi_model *m = c->model;
-    const int d = m->info.n_embd, first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1, n_out = n - first;
+    const int d = m->info.n_embd, n_out = n - out.first;
     const float *normed = c->out_x;
-    if (c->embd) normed = c->embd + (size_t)(pos0 + first) * d; /* the embeddings are these rows */
-    else pi_norm(c, c->x + (size_t)first * d, m->output_norm, m->output_norm_b, c->out_x, n_out);
+    if (c->embd) normed = c->embd + (size_t)(c->n_past + out.first) * d; /* the embeddings are these rows */
+    else pi_norm(c, c->x + (size_t)out.first * d, m->output_norm, m->output_norm_b, c->out_x, n_out);
     pi_act a = pi_quantize(&c->kern, normed, c->out_q, n_out, d);
-    const pi_mm_target out = { &m->output, pi_logits_rows(c, pos0, logits_mode) };
-    pi_matmul(c, a, n_out, &out, 1);
-    pi_add_bias(out.Y, m->output_b, n_out, m->info.n_vocab);
+    const pi_mm_target target = { &m->output, out.rows };
+    pi_matmul(c, a, n_out, &target, 1);
+    pi_add_bias(out.rows, m->output_b, n_out, m->info.n_vocab);
     return PI_OK;
 }
 
-/* cap * tanh(logit / cap) over the rows logits_mode wrote */
-static void final_softcap(pi_context *c, int n, int pos0, int logits_mode) {
+/* cap * tanh(logit / cap) over the rows the step wrote */
+static void final_softcap(pi_context *c, int n, pi_outputs out) {
     const float cap = c->model->final_softcap;
-    const size_t n_vocab = (size_t)c->model->info.n_vocab;
-    float *rows = pi_logits_rows(c, pos0, logits_mode);
-    const size_t count = (logits_mode == PI_LOGITS_ALL ? (size_t)n : 1) * n_vocab;
-    for (size_t i = 0; i < count; i++) rows[i] = cap * tanhf(rows[i] / cap);
+    const size_t count = (size_t)(n - out.first) * (size_t)c->model->info.n_vocab;
+    for (size_t i = 0; i < count; i++) out.rows[i] = cap * tanhf(out.rows[i] / cap);
 }
 
 /* ---- where each step runs (router.h moves the stream to it) ---- */
@@ -178,16 +176,16 @@ static int ffn_step(pi_context *c, int il, int n) {
     return rc ? rc : pi_ffn_block(c, il, n);
 }
 
-static int logits_step(pi_context *c, int n, int pos0, int logits_mode) {
-    c->step_bytes += (int64_t)(logits_mode == PI_LOGITS_ALL ? n : 1) * (int64_t)pi_weight_bytes(&c->model->output);
-    if (c->logits_on_device) return pi_device_logits(c, n, pos0, logits_mode);
+static int logits_step(pi_context *c, int n, pi_outputs out) {
+    c->step_bytes += (int64_t)(n - out.first) * (int64_t)pi_weight_bytes(&c->model->output);
+    if (c->logits_on_device) return pi_device_logits(c, n, out);
     const int rc = pi_x_to_host(c, n);
-    return rc ? rc : pi_logits_block(c, n, pos0, logits_mode);
+    return rc ? rc : pi_logits_block(c, n, out);
 }
 
 /* ---- the forward pass ---- */
 
-int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
+int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;
     const int d = h->n_embd, n_ff = h->n_ff, pos0 = c->n_past;
@@ -215,9 +213,9 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, int logits_mode) {
         if ((rc = pi_x_to_host(c, n))) return rc;
         pi_norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)pos0 * d, n);
     }
-    if (logits_mode != PI_LOGITS_NONE) {
-        if ((rc = logits_step(c, n, pos0, logits_mode))) return rc;
-        if (m->final_softcap > 0.0f) final_softcap(c, n, pos0, logits_mode);
+    if (out.first < n) {
+        if ((rc = logits_step(c, n, out))) return rc;
+        if (m->final_softcap > 0.0f) final_softcap(c, n, out);
     }
     c->n_past = pos0 + n;
     c->stats.tokens += n;

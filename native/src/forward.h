@@ -5,13 +5,13 @@
 #include "context.h"
 
 /* Run the transformer on tokens[0..n) at positions ctx->n_past.. (n <= n_batch), appending
- * their keys and values to the cache and writing the logits that logits_mode asks for. */
-int pi_forward(pi_context *ctx, const int32_t *tokens, int n, int logits_mode);
+ * their keys and values to the cache and writing the logits that `out` asks for. */
+int pi_forward(pi_context *ctx, const int32_t *tokens, int n, pi_outputs out);
 
 /* The CPU's blocks on c->x as it stands: x += attention(x), x += FFN(x), and the logits. */
 int pi_attention_block(pi_context *c, int il, int n, int pos0);
 int pi_ffn_block(pi_context *c, int il, int n);
-int pi_logits_block(pi_context *c, int n, int pos0, int logits_mode);
+int pi_logits_block(pi_context *c, int n, pi_outputs out);
 /* x += post_ffn_norm(delta + ffn_down_b) for n rows: the FFN's result joins the stream */
 void pi_ffn_residual(const pi_context *c, int il, float *x, float *delta, int n);
 /* delta[0..n) = FFN(a) for n tokens, every neuron (a: the FFN's input, quantized) */

@@ -77,12 +77,10 @@ static int cuda_ffn(pi_device *d, int il, int n) {
     return rc;
 }
 
-static int cuda_logits(pi_device *d, int n, int pos0, int logits_mode) {
+static int cuda_logits(pi_device *d, int n, pi_outputs out) {
     cuda_device *dev = (cuda_device *)d;
-    const int first = logits_mode == PI_LOGITS_ALL ? 0 : n - 1;
     count(dev, 1, 1);
-    const int rc = status(dev, pi_cuda_logits(dev->layers, n, first, pi_logits_rows(dev->c, pos0, logits_mode),
-                                              dev->err, sizeof dev->err));
+    const int rc = status(dev, pi_cuda_logits(dev->layers, n, out.first, out.rows, dev->err, sizeof dev->err));
     collect(dev);
     return rc;
 }

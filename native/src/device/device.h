@@ -21,8 +21,8 @@ typedef struct {
     int (*attention)(pi_device *d, int il, int n, int pos0);
     /* x += FFN(x) of layer il, every neuron (layer offload) */
     int (*ffn)(pi_device *d, int il, int n);
-    /* logits of the rows logits_mode asks for into the context's logits (waits) */
-    int (*logits)(pi_device *d, int n, int pos0, int logits_mode);
+    /* logits of the step's tokens [out.first, n) into out.rows (waits) */
+    int (*logits)(pi_device *d, int n, pi_outputs out);
 
     /* The split of one token's FFN. With the stream on the device, split_norm writes the token's
      * normed FFN input to xn (waits for it only) and the hot runs then start from the device's own

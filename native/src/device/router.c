@@ -27,7 +27,7 @@ int pi_device_ffn(pi_context *c, int il, int n) {
     return rc ? rc : c->device->ops->ffn(c->device, il, n);
 }
 
-int pi_device_logits(pi_context *c, int n, int pos0, int logits_mode) {
+int pi_device_logits(pi_context *c, int n, pi_outputs out) {
     const int rc = pi_x_to_device(c, n);
-    return rc ? rc : c->device->ops->logits(c->device, n, pos0, logits_mode);
+    return rc ? rc : c->device->ops->logits(c->device, n, out);
 }

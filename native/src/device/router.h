@@ -11,6 +11,6 @@ int pi_x_to_device(pi_context *c, int n);
 /* The device's steps, the stream moved there first. */
 int pi_device_attention(pi_context *c, int il, int n, int pos0);
 int pi_device_ffn(pi_context *c, int il, int n);
-int pi_device_logits(pi_context *c, int n, int pos0, int logits_mode);
+int pi_device_logits(pi_context *c, int n, pi_outputs out);
 
 #endif
