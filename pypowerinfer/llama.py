@@ -138,6 +138,7 @@ class Llama:
         self.draft_model = draft_model
         self._draft_cap = max(1, min(int(getattr(draft_model, "num_pred_tokens", 16)), max(n_batch, 2) - 1))
         self._n_logits = self._draft_cap + 1 if draft_model is not None and not logits_all else 1
+        self._draft_len = self._draft_cap  # _adapt_draft moves it with the guesses that hold
         self._logits_from = 0  # without logits_all: the position whose logits are in row 0
         self._pooling_override = None if pooling_type == -1 else pooling_type
         self.cache = None
@@ -382,8 +383,9 @@ class Llama:
             while True:
                 # tokens: what was sampled (and sent in) since the last step, then the draft's guesses
                 first = self.n_tokens + len(tokens) - 1  # the first position to sample after
-                tokens += self._draft(tokens)
-                self.eval(tokens)
+                guesses = self._draft(tokens)
+                self.eval(tokens + guesses)
+                accepted = len(guesses)
                 for idx in range(first, self.n_tokens):
                     token = self._sample(params, logits_processor, grammar, idx)
                     if stopping_criteria is not None and stopping_criteria(self.input_ids[: idx + 1],
@@ -394,17 +396,27 @@ class Llama:
                     # the next guess is wrong, or the caller sent tokens: drop the rest of the draft
                     if idx + 1 < self.n_tokens and (extra or token != self.input_ids[idx + 1]):
                         self.n_tokens = idx + 1  # the next eval overwrites the cache from here
+                        accepted = idx - first
                         break
                     if idx + 1 < self.n_tokens:
                         tokens = []  # the guess is in the cache already
+                self._adapt_draft(len(guesses), accepted)
         finally:
             self._history_start = None
 
+    def _adapt_draft(self, guessed: int, accepted: int) -> None:
+        """The next draft's length: doubled after a draft held entirely, else one past the guesses
+        that held. A step of k tokens costs more than one here (the weights are read once, but
+        the k dot products are computed), so guesses that fail are not free."""
+        if guessed:
+            self._draft_len = min(self._draft_cap, 2 * self._draft_len) if accepted == guessed else accepted + 1
+
     def _draft(self, tokens: List[int]) -> List[int]:
-        """The draft model's guesses after `tokens`, as many as the context and the logits rows hold."""
+        """The draft model's guesses after `tokens`, as many as the draft length, the context and
+        the logits rows allow."""
         if self.draft_model is None:
             return []
-        room = min(self._draft_cap, self._n_ctx - self.n_tokens - len(tokens))
+        room = min(self._draft_len, self._n_ctx - self.n_tokens - len(tokens))
         if room <= 0:
             return []
         self.input_ids[self.n_tokens: self.n_tokens + len(tokens)] = tokens
