@@ -2,13 +2,16 @@
 
     python -m pypowerinfer.server --model PATH [--host 127.0.0.1] [--port 8000] [--api-key KEY]
                                   [--n-ctx 2048] [--n-threads N] [--vram-budget 25%] [--no-sparse]
+                                  [--max-queue 64]
 
 Every option can also come from the environment: its name in capitals (MODEL, PORT, API_KEY,
 N_CTX, VRAM_BUDGET, ...). Endpoints: /v1/completions, /v1/chat/completions, /v1/embeddings,
-/v1/models, /extras/tokenize, /extras/tokenize/count, /extras/detokenize.
+/v1/models, /extras/tokenize, /extras/tokenize/count, /extras/detokenize; /health (503 while the
+model loads, then 200) and /metrics (Prometheus text).
 
 Requests to the model are queued on one lock and never interleaved in its context; a stream
-holds the lock until it ends or its client goes away. Errors are answered in OpenAI's shape,
+holds the lock until it ends or its client goes away. Beyond --max-queue waiting requests a new
+one is answered 503 with Retry-After. Errors are answered in OpenAI's shape,
 {"error": {"message", "type", "param", "code"}}, with a 4xx status for the client's mistakes.
 """
 from __future__ import annotations
@@ -19,18 +22,20 @@ import json
 import os
 import secrets
 import sys
+import threading
 import time
 from typing import Any, Dict, Iterator, List, Literal, Optional, Union
 
 import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from .grammar import GrammarError, LlamaGrammar
+from .metrics import ServerMetrics
 from .sampling import LogitsProcessorList, MinTokensLogitsProcessor
 
 MAX_BODY_BYTES = 4 << 20
@@ -144,13 +149,17 @@ class DetokenizeBody(_Body):
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: Optional[str] = None,
-                 param: Optional[str] = None):
+                 param: Optional[str] = None, retry_after: Optional[int] = None):
         super().__init__(message)
         self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
+        self.retry_after = retry_after
 
 
-def _error(status: int, message: str, kind: str, code: Optional[str] = None, param: Optional[str] = None):
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+def _error(status: int, message: str, kind: str, code: Optional[str] = None, param: Optional[str] = None,
+           retry_after: Optional[int] = None):
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status,
+                        headers=headers)
 
 
 def _model_error(exc: Exception) -> APIError:
@@ -165,28 +174,67 @@ def _model_error(exc: Exception) -> APIError:
 
 # ---- the app ----
 
-class _Served:
-    """The model and the lock that queues requests to it."""
+def _chunk_tokens(chunk: dict) -> int:
+    """1 when a streamed chunk carries generated text (a completion's or a chat delta's), else 0."""
+    choice = (chunk.get("choices") or [{}])[0]
+    return int(bool(choice.get("text") or (choice.get("delta") or {}).get("content")))
 
-    def __init__(self, llm, name: str):
-        self.llm, self.name = llm, name
+
+class _Served:
+    """The model (None while it loads), the lock that queues requests to it, and the metrics."""
+
+    def __init__(self, llm, name: str, max_queue: int):
+        self.llm, self.name, self.max_queue = llm, name, max_queue
         self.lock = asyncio.Lock()
+        self.waiting = 0
+        self.metrics = ServerMetrics()
+
+    def model(self):
+        if self.llm is None:
+            raise APIError(503, "the model is loading", "server_error", "model_loading", retry_after=5)
+        return self.llm
+
+    async def acquire(self) -> None:
+        """Wait for the model; a 503 with Retry-After when max_queue requests wait already."""
+        self.model()
+        if self.lock.locked() and self.waiting >= self.max_queue:
+            raise APIError(503, f"the server is busy: {self.waiting} requests are waiting", "server_error",
+                           "queue_full", retry_after=1)
+        self.waiting += 1
+        self.metrics.queue.set(self.waiting)
+        try:
+            await self.lock.acquire()
+        finally:
+            self.waiting -= 1
+            self.metrics.queue.set(self.waiting)
+        self.metrics.busy.set(1)
+
+    def release(self) -> None:
+        self.metrics.busy.set(0)
+        self.lock.release()
 
     async def run(self, fn, *args, **kwargs):
-        async with self.lock:
-            try:
-                return await run_in_threadpool(fn, *args, **kwargs)
-            except (ValueError, NotImplementedError, RuntimeError) as exc:
-                raise _model_error(exc) from None
+        await self.acquire()
+        try:
+            result = await run_in_threadpool(fn, *args, **kwargs)
+        except (ValueError, NotImplementedError, RuntimeError) as exc:
+            raise _model_error(exc) from None
+        finally:
+            self.release()
+        usage = result.get("usage") if isinstance(result, dict) else None
+        if usage:
+            self.metrics.tokens.inc(usage.get("completion_tokens", 0))
+        return result
 
     async def stream(self, request: Request, make: "callable") -> EventSourceResponse:
         """SSE of the chunks `make()` yields, holding the lock until the stream ends or the
         client leaves; then the generator is closed, which ends the generation."""
-        await self.lock.acquire()
+        arrived = time.perf_counter()
+        await self.acquire()
         try:
             chunks: Iterator[dict] = await run_in_threadpool(make)
         except (ValueError, NotImplementedError, RuntimeError) as exc:
-            self.lock.release()
+            self.release()
             raise _model_error(exc) from None
         done = object()
 
@@ -194,6 +242,7 @@ class _Served:
             # sse-starlette cancels this generator when the client leaves. A cancel must not land
             # while a token is being computed in a worker thread (closing the generator then would
             # race it), nor skip the clean-up: both run shielded, so the lock is always released.
+            tokens, first = 0, None
             try:
                 while True:
                     if await request.is_disconnected():
@@ -203,24 +252,38 @@ class _Served:
                     if chunk is done:
                         yield {"data": "[DONE]"}
                         break
+                    if _chunk_tokens(chunk):
+                        tokens += 1
+                        self.metrics.tokens.inc()
+                        if first is None:
+                            first = time.perf_counter()
+                            self.metrics.ttft.observe(first - arrived)
                     yield {"data": json.dumps(chunk)}
             finally:
                 with anyio.CancelScope(shield=True):
                     await run_in_threadpool(chunks.close)
-                self.lock.release()
+                self.release()
+                if tokens > 1:
+                    self.metrics.decode_rate.set((tokens - 1) / (time.perf_counter() - first))
 
         return EventSourceResponse(events(), sep="\n", ping=600)
 
 
-def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] = None) -> FastAPI:
-    """The app over a loaded pypowerinfer.Llama (built with embedding=True for /v1/embeddings)."""
-    served = _Served(llm, model_name or os.path.basename(llm.model_path))
+def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] = None,
+               max_queue: int = 64) -> FastAPI:
+    """The app over a pypowerinfer.Llama (built with embedding=True for /v1/embeddings); with
+    llm None it answers 503 until app.state.served.llm is set (the model loading meanwhile)."""
+    if llm is None and model_name is None:
+        raise ValueError("create_app(None) needs the model_name its responses carry")
+    served = _Served(llm, model_name or os.path.basename(llm.model_path), max_queue)
     app = FastAPI(title="pypowerinfer", version="0.1.0")
     app.state.served = served
+    routes = {"/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/extras/tokenize",
+              "/extras/tokenize/count", "/extras/detokenize", "/health", "/metrics"}
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError):
-        return _error(exc.status, exc.message, exc.kind, exc.code, exc.param)
+        return _error(exc.status, exc.message, exc.kind, exc.code, exc.param, exc.retry_after)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError):
@@ -233,8 +296,23 @@ def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] 
     async def limit_body(request: Request, call_next):
         size = request.headers.get("content-length")
         if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
-            return _error(413, f"request body over {MAX_BODY_BYTES} bytes", "invalid_request_error")
-        return await call_next(request)
+            response = _error(413, f"request body over {MAX_BODY_BYTES} bytes", "invalid_request_error")
+        else:
+            response = await call_next(request)
+        path = request.url.path if request.url.path in routes else "other"  # bounded label values
+        served.metrics.requests.labels(path, str(response.status_code)).inc()
+        return response
+
+    @app.get("/health")
+    async def health():
+        if served.llm is None:
+            return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "5"})
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics():
+        body, content_type = served.metrics.render()
+        return Response(body, media_type=content_type)
 
     async def authorize(request: Request):
         if api_key is None:
@@ -252,6 +330,7 @@ def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] 
 
     @app.post("/v1/completions", dependencies=auth)
     async def completions(body: CompletionBody, request: Request):
+        llm = served.model()
         prompt = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             if len(prompt) != 1:
@@ -264,6 +343,7 @@ def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] 
 
     @app.post("/v1/chat/completions", dependencies=auth)
     async def chat(body: ChatBody, request: Request):
+        llm = served.model()
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         kwargs = dict(body.sampling(llm), tools=body.tools, tool_choice=body.tool_choice,
                       response_format=body.response_format, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
@@ -274,18 +354,21 @@ def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] 
 
     @app.post("/v1/embeddings", dependencies=auth)
     async def embeddings(body: EmbeddingBody):
-        return await served.run(llm.create_embedding, body.input, model=served.name)
+        return await served.run(served.model().create_embedding, body.input, model=served.name)
 
     @app.post("/extras/tokenize", dependencies=auth)
     async def tokenize(body: TokenizeBody):
+        llm = served.model()
         return {"tokens": llm.tokenize(body.input.encode("utf-8"), add_bos=body.add_special, special=True)}
 
     @app.post("/extras/tokenize/count", dependencies=auth)
     async def count(body: TokenizeBody):
+        llm = served.model()
         return {"count": len(llm.tokenize(body.input.encode("utf-8"), add_bos=body.add_special, special=True))}
 
     @app.post("/extras/detokenize", dependencies=auth)
     async def detokenize(body: DetokenizeBody):
+        llm = served.model()
         if any(t < 0 or t >= llm.n_vocab() for t in body.tokens):
             raise APIError(400, f"token ids must be in [0, {llm.n_vocab()})", param="tokens")
         return {"text": llm.detokenize(body.tokens).decode("utf-8", errors="replace")}
@@ -316,27 +399,62 @@ def parse_args(argv=None):
     ap.add_argument("--sparse-shift", type=float, default=float(_env("sparse_shift", 0.0)))
     ap.add_argument("--lora-path", default=_env("lora_path"), help="a LoRA adapter (llama.cpp's GGUF) for the model")
     ap.add_argument("--lora-scale", type=float, default=float(_env("lora_scale", 1.0)))
+    ap.add_argument("--max-queue", type=int, default=int(_env("max_queue", 64)),
+                    help="requests that may wait for the model; beyond them a 503 with Retry-After")
+    ap.add_argument("--parallel", type=int, default=int(_env("parallel", 1)),
+                    help="sequences computed at once (only 1 until continuous batching exists)")
     return ap.parse_args(argv)
 
 
+def _check(args) -> Optional[str]:
+    """What is wrong with the options, before anything loads."""
+    if args.parallel < 1:
+        return f"--parallel must be at least 1, not {args.parallel}"
+    if args.parallel > 1:
+        return (f"--parallel {args.parallel}: continuous batching is not implemented yet; requests are served one "
+                "at a time (--parallel 1)")
+    if args.max_queue < 0:
+        return f"--max-queue must be 0 or more, not {args.max_queue}"
+    return None
+
+
 def main(argv=None) -> int:
+    """Serve at once, answering 503 (and /health 503) while the model loads in a thread; a model
+    that fails to load stops the server with the loader's message and exit status 1."""
     import uvicorn
 
     from .llama import Llama
     from .resources import default_model_path
 
     args = parse_args(argv)
-    model = args.model or str(default_model_path())
-    try:
-        llm = Llama(model, n_ctx=args.n_ctx, n_threads=args.n_threads, chat_format=args.chat_format,
-                    embedding=True, sparse=False if args.no_sparse else None,  # None: as the file decided
-                    sparse_threshold_shift=args.sparse_shift,
-                    vram_budget=args.vram_budget, n_gpu_layers=args.n_gpu_layers,
-                    lora_path=args.lora_path, lora_scale=args.lora_scale, verbose=False)
-    except (OSError, ValueError, NotImplementedError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    problem = _check(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 1
-    uvicorn.run(create_app(llm, model_name=args.model_alias, api_key=args.api_key), host=args.host, port=args.port)
+    model = args.model or str(default_model_path())
+    app = create_app(None, model_name=args.model_alias or os.path.basename(model), api_key=args.api_key,
+                     max_queue=args.max_queue)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port))
+    failed: List[Exception] = []
+
+    def load():
+        try:
+            app.state.served.llm = Llama(
+                model, n_ctx=args.n_ctx, n_threads=args.n_threads, chat_format=args.chat_format, embedding=True,
+                sparse=False if args.no_sparse else None,  # None: as the file decided
+                sparse_threshold_shift=args.sparse_shift, vram_budget=args.vram_budget,
+                n_gpu_layers=args.n_gpu_layers, lora_path=args.lora_path, lora_scale=args.lora_scale, verbose=False)
+        except Exception as exc:  # noqa: BLE001 - whatever stops the load stops the server, with its message
+            failed.append(exc)
+            server.should_exit = True
+
+    loader = threading.Thread(target=load, name="pypowerinfer-load", daemon=True)
+    loader.start()
+    server.run()
+    loader.join()
+    if failed:
+        print(f"error: {failed[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -163,5 +163,5 @@ def test_the_server_takes_an_adapter_and_names_a_wrong_one(tmp_path, base, capsy
     args = parse_args(["--lora-path", "a.gguf", "--lora-scale", "0.5"])
     assert (args.lora_path, args.lora_scale) == ("a.gguf", 0.5)
     wrong = write_lora_gguf(tmp_path / "a.gguf", base, arch="qwen2")
-    assert main(["--model", str(base), "--lora-path", wrong]) == 1
+    assert main(["--model", str(base), "--lora-path", wrong, "--port", "0"]) == 1
     assert "architecture 'qwen2'" in capsys.readouterr().err
