@@ -266,6 +266,13 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
         if writer.kv_data[0].pop(omit_key, None) is None:
             raise KeyError(f"omit_key: no key {omit_key!r}")
 
+    write_plan(writer, plan, seed)
+    return path
+
+
+def write_plan(writer: GGUFWriter, plan: list[_TensorPlan], seed: int) -> None:
+    """Declare the plan's tensors after the writer's keys, then generate and write them one at a
+    time (memory stays at one tensor), and close the file."""
     for t in plan:
         shape, dtype = _encoded_shape(t)
         writer.add_tensor_info(t.name, shape, dtype, int(np.prod(shape)) * dtype.itemsize, raw_dtype=t.qtype)
@@ -275,7 +282,6 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
     for t in plan:
         writer.write_tensor_data(_generate(t, seed))
     writer.close()
-    return path
 
 
 def rewrite_gguf(src, dst, add_tensors=None, add_kv=None, drop=frozenset()) -> str:

@@ -10,7 +10,7 @@ import os
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter, TokenType
 
-from synthetic import _TensorPlan, _encoded_shape, _generate, _typed
+from synthetic import _TensorPlan, _typed, write_plan
 
 ARCHS = ("bert", "nomic-bert")
 # BERT's own layout of the specials: the ids llama.cpp defaults to for a "bert" vocab
@@ -154,13 +154,5 @@ def write_bert_gguf(path, *, arch: str = "bert", n_embd: int = 64, n_layer: int 
     writer = GGUFWriter(os.fspath(path), arch)
     for key, (value, vtype) in kv.items():
         writer.add_key_value(key, value, vtype)
-    for t in plan:
-        shape, dtype = _encoded_shape(t)
-        writer.add_tensor_info(t.name, shape, dtype, int(np.prod(shape)) * dtype.itemsize, raw_dtype=t.qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in plan:
-        writer.write_tensor_data(_generate(t, seed))
-    writer.close()
+    write_plan(writer, plan, seed)
     return path

@@ -12,6 +12,7 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from pypowerinfer import Llama  # noqa: E402
 from pypowerinfer.server import create_app  # noqa: E402
+from serving import serve  # noqa: E402
 
 KEY = "sk-test-key"
 
@@ -25,17 +26,9 @@ def app(smollm2_path):
 
 @pytest.fixture(scope="module")
 def base_url(app):
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert server.started, "server did not start"
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    url, stop = serve(app)
+    yield url
+    stop()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ Prometheus's text format, a bounded queue (503 with Retry-After) and the start-u
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
@@ -14,23 +13,7 @@ pytest.importorskip("prometheus_client")
 
 from pypowerinfer import Llama  # noqa: E402
 from pypowerinfer.server import create_app, main  # noqa: E402
-
-
-def serve(app):
-    """Run the app on a free port in a thread; returns (base URL, stop)."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert server.started, "server did not start"
-
-    def stop():
-        server.should_exit = True
-        thread.join(timeout=10)
-
-    return f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", stop
+from serving import serve  # noqa: E402
 
 
 @pytest.fixture(scope="module")
