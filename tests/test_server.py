@@ -1,7 +1,6 @@
 """The server on loopback, driven by the real `openai` client."""
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
