@@ -123,6 +123,8 @@ class Llama:
                                          if not isinstance(v, (list, np.ndarray))}
         self.tokenizer_ = Tokenizer.from_metadata(meta)
         self._n_vocab = self.tokenizer_.n_vocab
+        if draft_model is not None:
+            self._check_draft_vocabulary(draft_model)
         self.chat_format = chat_format
         self._chat_formats = ChatFormats(self.metadata, self.tokenizer_)
         mode, self.sparse_reason = sparse_policy(sparse, meta, self._model.has_predictors)
@@ -403,6 +405,20 @@ class Llama:
                 self._adapt_draft(len(guesses), accepted)
         finally:
             self._history_start = None
+
+    def _check_draft_vocabulary(self, draft: LlamaDraftModel) -> None:
+        """A draft that wraps a model guesses that model's token ids: its vocabulary must be this
+        one's (any attribute of the draft with an n_vocab() is taken for such a model)."""
+        for name, value in vars(draft).items():
+            n_vocab = getattr(value, "n_vocab", None)
+            if not callable(n_vocab):
+                continue
+            other = getattr(value, "tokenizer_", None)
+            same = n_vocab() == self._n_vocab and (not isinstance(other, Tokenizer) or
+                                                   other.same_vocabulary(self.tokenizer_))
+            if not same:
+                raise ValueError(f"draft_model.{name} has another vocabulary ({n_vocab()} tokens) than the model "
+                                 f"({self._n_vocab}): its guesses would be other tokens")
 
     def _adapt_draft(self, guessed: int, accepted: int) -> None:
         """The next draft's length: doubled after a draft held entirely, else one past the guesses

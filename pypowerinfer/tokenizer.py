@@ -182,6 +182,10 @@ class Tokenizer:
         self._check(token)
         return self._texts[token]
 
+    def same_vocabulary(self, other: "Tokenizer") -> bool:
+        """Whether ids mean the same tokens in both."""
+        return self._texts == other._texts
+
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
         """The bytes of one token, as llama_token_to_piece(..., lstrip=0, special)."""
         self._check(token)

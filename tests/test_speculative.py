@@ -101,3 +101,23 @@ def test_the_native_tail_is_bounded_by_the_rows_kept(smollm2_path):
     ctx.close()
     with pytest.raises(ValueError, match="n_logits 65 is outside"):
         NativeContext(model, n_ctx=64, n_batch=64, n_threads=1, n_threads_batch=1, logits_all=False, n_logits=65)
+
+
+class WrappingDraft(LlamaDraftModel):
+    """A draft around another model (its greedy tokens), in the LlamaDraftModel interface."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, input_ids, /, **kwargs):
+        return np.array([], dtype=np.intc)
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(smollm2_path, tmp_path):
+    from synthetic import write_llama_gguf
+
+    with Llama(write_llama_gguf(tmp_path / "small.gguf"), n_ctx=64, verbose=False) as other:
+        with pytest.raises(ValueError, match="draft_model.model has another vocabulary"):
+            Llama(str(smollm2_path), n_ctx=64, draft_model=WrappingDraft(other), verbose=False)
+    with Llama(str(smollm2_path), n_ctx=64, verbose=False) as same:
+        Llama(str(smollm2_path), n_ctx=64, draft_model=WrappingDraft(same), verbose=False).close()
