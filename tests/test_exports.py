@@ -69,7 +69,7 @@ def test_suppress_stdout_stderr_silences_file_descriptors(capfd):
 
 
 @pytest.mark.parametrize("option", [{"lora_path": "adapter.gguf"}, {"draft_model": object()},
-                                    {"type_k": 8}, {"type_v": 2}, {"tokenizer": object()}])
+                                    {"tokenizer": object()}])
 def test_options_that_change_results_are_refused_not_ignored(smollm2_path, option):
     with pytest.raises(NotImplementedError, match=next(iter(option))):
         pypowerinfer.Llama(str(smollm2_path), n_ctx=64, verbose=False, **option)

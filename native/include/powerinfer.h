@@ -107,6 +107,8 @@ typedef struct {
     uint64_t vram_budget;    /* device bytes for the hybrid split; 0 = all on the CPU */
     int32_t embeddings;      /* keep every evaluated position's final normed hidden state (pi_get_embeddings) */
     int32_t n_gpu_layers;    /* layer offload: the last n layers on the CUDA device (< 0: all); 0 = none */
+    int32_t type_k, type_v;  /* the KV cache's types, ggml ids as llama.cpp's: 1 f16 (default), 8 q8_0, 2 q4_0;
+                                a quantized cache runs attention on the CPU only */
 } pi_context_params;
 
 enum {
@@ -127,6 +129,7 @@ PI_API int pi_context_new(pi_model *model, pi_context_params params, pi_context 
 PI_API void pi_context_free(pi_context *ctx);
 PI_API uint32_t pi_context_n_ctx(const pi_context *ctx);
 PI_API const char *pi_context_kernels(const pi_context *ctx); /* "ref", "avx2", "avx512" */
+PI_API uint64_t pi_context_kv_bytes(const pi_context *ctx);  /* the host KV cache's bytes, K and V */
 
 /* Evaluate n_tokens tokens at positions pos .. pos+n_tokens-1. KV entries at positions >= pos
  * are dropped first, so a caller rewinds by passing a smaller pos. Splits into n_batch chunks. */
