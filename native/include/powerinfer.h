@@ -186,6 +186,10 @@ PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n
  * in `type`; every rows[j] must lie in [0, n_rows). */
 PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t d,
                                const int32_t *rows, const float *a, int32_t n, float *y);
+/* out[0..hd) = sum_j p[j] * v_j over n q8_0 rows of hd values, stride bytes apart: the attention
+ * sum over a q8_0 V cache, impl 1 (scalar reference) or 2 (AVX2). */
+PI_API int pi_kernel_mix_q8_0(int32_t impl, const void *v, uint64_t stride, const float *p, int32_t n, int32_t hd,
+                              float *out);
 /* out[0..n) = dequantized weights of one row of n weights. */
 PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_t n, float *out);
 /* The same row as the CUDA kernels decode it (cuda/weights.h), run on the host: weight by weight

@@ -136,8 +136,12 @@ void pi_kv_mix(const pi_context *c, float *e, float inv_sum, const uint8_t *v, i
         return;
     }
     /* flash attention's order: the exponentials' weighted sum, scaled by 1 / sum at the end */
-    memset(out, 0, (size_t)hd * sizeof(float));
-    c->kern.axpy_rows[c->params.type_v](v, c->v_row, NULL, e, n, out, hd);
+    if (c->params.type_v == PI_TYPE_Q8_0) {
+        c->vec.mix_q8_0(e, v, c->v_row, n, hd, out);
+    } else {
+        memset(out, 0, (size_t)hd * sizeof(float));
+        c->kern.axpy_rows[c->params.type_v](v, c->v_row, NULL, e, n, out, hd);
+    }
     for (int i = 0; i < hd; i++) out[i] *= inv_sum;
     rotate(out, (size_t)hd, rotation(c, c->params.type_v, 0)); /* back from the values' rotation */
 }
