@@ -22,6 +22,7 @@ from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool,
                    tool_call_chunks, tool_call_to_chat)
 from .completion import CompletionRequest, run_completion
 from .grammar import LlamaGrammar
+from .kv_cache import describe as describe_kv_cache, kv_cache_type
 from .llama_speculative import LlamaDraftModel
 from .llama_tokenizer import LlamaTokenizer
 from .model import NativeAdapter, NativeContext, NativeModel, sparse_policy
@@ -33,8 +34,6 @@ from .sampling import (LLAMA_DEFAULT_SEED, LogitsProcessorList, Sampler, Samplin
 from .tokenizer import Tokenizer
 
 
-GGML_TYPE_F16 = 1  # type_k / type_v's default, the KV cache's type here
-
 
 def _refuse_unsupported(options: Dict[str, Any]) -> None:
     """Options of llama-cpp-python's Llama that change results and are not implemented: refused,
@@ -44,10 +43,6 @@ def _refuse_unsupported(options: Dict[str, Any]) -> None:
     for name, what in missing.items():
         if options.get(name) is not None:
             raise NotImplementedError(f"Llama({name}=...): {what} not implemented in pypowerinfer yet")
-    for name in ("type_k", "type_v"):
-        if options.get(name) not in (None, GGML_TYPE_F16):
-            raise NotImplementedError(f"Llama({name}={options[name]!r}): the KV cache is f16 only "
-                                      f"(GGML type {GGML_TYPE_F16}) in pypowerinfer yet")
 
 
 def _meta_str(value: object) -> str:
@@ -93,6 +88,10 @@ class Llama:
         **kwargs: Any,  # llama-cpp-python's other options are accepted and ignored, as LangChain expects
     ):
         _refuse_unsupported(kwargs)
+        # the KV cache's types (kv_cache.py), checked before the model loads
+        self._type_k = kv_cache_type("type_k", kwargs.get("type_k"))
+        self._type_v = kv_cache_type("type_v", kwargs.get("type_v"))
+        self.kv_cache_bytes = 0  # the KV cache's bytes, K and V (0 with vocab_only)
         self.verbose = verbose
         set_verbose(verbose)  # as llama-cpp-python: the library's logger follows the last Llama made
         self.model_path = model_path
@@ -162,7 +161,8 @@ class Llama:
         options = dict(n_ctx=n_ctx, n_batch=self.n_batch, n_threads=self.n_threads,
                        n_threads_batch=self.n_threads_batch, logits_all=logits_all, kernel_impl=kernel_impl,
                        sparse=mode, sparse_threshold_shift=sparse_threshold_shift,
-                       embeddings=embedding, n_logits=min(self._n_logits, self.n_batch))
+                       embeddings=embedding, n_logits=min(self._n_logits, self.n_batch),
+                       type_k=self._type_k, type_v=self._type_v)
         if lora_path is not None:
             self._adapter = NativeAdapter(self._model, lora_path)  # checked against the model before a context exists
             if n_gpu_layers or vram_budget:
@@ -175,12 +175,14 @@ class Llama:
             log_info(f"pypowerinfer: LoRA adapter {os.path.basename(lora_path)}: {self._adapter.n_pairs} weights, "
                      f"scale {lora_scale}")
         self._n_ctx = self._ctx.n_ctx
+        self.kv_cache_bytes = self._ctx.kv_bytes
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
         # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
         self.scores = self._ctx.logits
         self._sampler = Sampler(self._n_vocab, self._seed)
         log_info(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "
-                 f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}")
+                 f"n_ctx {self._n_ctx}, {self.n_threads} threads, kernels {self._ctx.kernels}; "
+                 f"{describe_kv_cache(self.kv_cache_bytes, self._type_k, self._type_v)}")
 
     # ---- properties llama-cpp-python exposes ----
     @property
@@ -199,7 +201,7 @@ class Llama:
         return SimpleNamespace(n_ctx=self._n_ctx, n_batch=self.n_batch, n_ubatch=self.n_batch,
                                n_threads=self.n_threads, n_threads_batch=self.n_threads_batch,
                                embeddings=self._ctx is not None and self._ctx.embeddings is not None,
-                               type_k=GGML_TYPE_F16, type_v=GGML_TYPE_F16, seed=self._seed)
+                               type_k=self._type_k, type_v=self._type_v, seed=self._seed)
 
     @property
     def _input_ids(self) -> np.ndarray:

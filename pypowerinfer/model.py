@@ -281,7 +281,7 @@ class NativeContext:
                  n_threads_batch: int, logits_all: bool, kernel_impl: KernelImpl = KernelImpl.AUTO,
                  sparse: Sparse = Sparse.DECODE, sparse_threshold_shift: float = 0.0,
                  device: Device = Device.NONE, vram_budget: int = 0, embeddings: bool = False,
-                 n_gpu_layers: int = 0, n_logits: int = 1):
+                 n_gpu_layers: int = 0, n_logits: int = 1, type_k: int = 1, type_v: int = 1):
         params = lib.pi_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -296,6 +296,8 @@ class NativeContext:
         params.embeddings = int(embeddings)
         params.n_gpu_layers = int(n_gpu_layers)
         params.n_logits = int(n_logits)
+        params.type_k = int(type_k)  # GGML type ids: 1 f16, 8 q8_0, 2 q4_0 (kv_cache.py)
+        params.type_v = int(type_v)
         self._capture = None
         self._adapter = None
         out = ffi.new("pi_context **")
@@ -304,6 +306,7 @@ class NativeContext:
         self._model = model  # the context borrows the model's weights
         self.n_ctx = int(lib.pi_context_n_ctx(self._handle))
         self.kernels = ffi.string(lib.pi_context_kernels(self._handle)).decode()
+        self.kv_bytes = int(lib.pi_context_kv_bytes(self._handle))
         rows = ffi.new("int32_t *")
         ptr = lib.pi_get_logits(self._handle, rows)
         n_vocab = model.info.n_vocab

@@ -311,3 +311,29 @@ def test_axpy_rows_errors():
     with pytest.raises(ValueError, match="impl"):
         check(lib.pi_kernel_axpy_rows(QT.F32, 9, wp, 4, 16, rows, ap, 4, yp))
     assert not y.any()  # every call above failed or added rows of zero weights
+
+
+@pytest.mark.parametrize("impl", ["ref", "avx2"])
+@pytest.mark.parametrize("hd", [32, 64, 128])
+def test_mix_q8_0_over_a_q8_0_v_cache(impl, hd):
+    """The attention sum over q8_0 V rows (kv_cache.c): sum_j p_j * v_j on gguf's decoding of the
+    rows, in float64, and the AVX2 version equal to the scalar reference to float rounding. Rows
+    lie a wider stride apart, as one head's slice of the cache rows does."""
+    if not impl_available(impl):
+        pytest.skip(f"{impl} not available on this CPU")
+    rng = np.random.default_rng(hd)
+    n, stride_blocks = 37, 3 * hd // 32
+    rows = quantize(rng.standard_normal((n, 3 * hd)).astype(np.float32), QT.Q8_0)
+    p = rng.random(n).astype(np.float32)
+    expected = p.astype(np.float64) @ dequantize(rows, QT.Q8_0)[:, :hd].astype(np.float64)
+    out = np.empty(hd, dtype=np.float32)
+    rows = np.ascontiguousarray(rows)
+    assert rows.shape[1] == stride_blocks * 34
+    check(lib.pi_kernel_mix_q8_0(IMPLS[impl], ffi.from_buffer(rows), rows.shape[1], ffi.from_buffer("float[]", p), n, hd,
+                                 ffi.from_buffer("float[]", out)))
+    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=RTOL * np.abs(p @ np.abs(dequantize(rows, QT.Q8_0)[:, :hd])).max())
+    if impl == "avx2":
+        ref = np.empty(hd, dtype=np.float32)
+        check(lib.pi_kernel_mix_q8_0(IMPLS["ref"], ffi.from_buffer(rows), rows.shape[1], ffi.from_buffer("float[]", p), n, hd,
+                                     ffi.from_buffer("float[]", ref)))
+        np.testing.assert_allclose(out, ref, rtol=RTOL_TIERS, atol=RTOL_TIERS * np.abs(ref).max())

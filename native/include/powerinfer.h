@@ -110,6 +110,8 @@ typedef struct {
     int32_t embeddings;      /* keep every evaluated position's final normed hidden state (pi_get_embeddings) */
     int32_t n_gpu_layers;    /* layer offload: the last n layers on the CUDA device (< 0: all); 0 = none */
     int32_t n_logits;        /* without logits_all: rows of logits kept, the most pi_decode_tail asks for (0 = 1) */
+    int32_t type_k, type_v;  /* the KV cache's types, ggml ids as llama.cpp's: 1 f16 (default), 8 q8_0, 2 q4_0;
+                                a quantized cache runs attention on the CPU only */
 } pi_context_params;
 
 enum {
@@ -130,6 +132,7 @@ PI_API int pi_context_new(pi_model *model, pi_context_params params, pi_context 
 PI_API void pi_context_free(pi_context *ctx);
 PI_API uint32_t pi_context_n_ctx(const pi_context *ctx);
 PI_API const char *pi_context_kernels(const pi_context *ctx); /* "ref", "avx2", "avx512" */
+PI_API uint64_t pi_context_kv_bytes(const pi_context *ctx);  /* the host KV cache's bytes, K and V */
 
 /* Evaluate n_tokens tokens at positions pos .. pos+n_tokens-1. KV entries at positions >= pos
  * are dropped first, so a caller rewinds by passing a smaller pos. Splits into n_batch chunks. */
@@ -207,6 +210,10 @@ PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n
  * in `type`; every rows[j] must lie in [0, n_rows). */
 PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t d,
                                const int32_t *rows, const float *a, int32_t n, float *y);
+/* out[0..hd) = sum_j p[j] * v_j over n q8_0 rows of hd values, stride bytes apart: the attention
+ * sum over a q8_0 V cache, impl 1 (scalar reference) or 2 (AVX2). */
+PI_API int pi_kernel_mix_q8_0(int32_t impl, const void *v, uint64_t stride, const float *p, int32_t n, int32_t hd,
+                              float *out);
 /* out[0..n) = dequantized weights of one row of n weights. */
 PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_t n, float *out);
 /* The same row as the CUDA kernels decode it (cuda/weights.h), run on the host: weight by weight

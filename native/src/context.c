@@ -1,16 +1,20 @@
 /* context.c - a context's buffers (context.h): sized once, checked against the machine's memory
  * before anything is allocated, allocated once; a decode step allocates nothing. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "context.h"
+#include "kv_cache.h"
 #include "placement.h"
 #include "status.h"
 
-/* Sizes of every buffer, in floats (or blocks), computed once so the total can be checked first. */
+/* Sizes of every buffer, in floats (or blocks; kv_rows in rows of the KV cache), computed once so
+ * the total can be checked first. */
 typedef struct {
-    size_t kv, x, xn, xq, xk, q, k, gate, rope, inv_freq, att, out_x, out_q, out_k, logits, rank, rank_k, per_thread,
+    size_t kv_rows, x, xn, xq, xk, q, k, gate, rope, inv_freq, att, out_x, out_q, out_k, logits, rank, rank_k, per_thread,
         ff, runs, run_acc, embd;
 } buffer_sizes;
 
@@ -21,7 +25,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
     if (q_dim > max_dim) max_dim = q_dim;
     if ((size_t)h->n_ff > max_dim) max_dim = (size_t)h->n_ff;
     buffer_sizes s = {
-        .kv = (size_t)h->n_layer * n_ctx * kv_dim,
+        .kv_rows = (size_t)h->n_layer * n_ctx,
         .x = (size_t)B * h->n_embd,
         .xn = (size_t)B * max_dim,
         .xq = (size_t)B * ((max_dim + QK - 1) / QK),
@@ -47,12 +51,56 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
     return s;
 }
 
-static double total_bytes(const buffer_sizes *s) {
-    double floats = s->kv /* two f16 caches */ + s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
+/* every buffer but the KV cache */
+static double scratch_bytes(const buffer_sizes *s) {
+    double floats = s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
                     2.0 * s->out_x + s->logits + s->rank +
                     s->per_thread + 3.0 * s->ff + 2.0 * s->runs + s->run_acc + s->embd;
     const double k_blocks = (double)s->xk + s->out_k + s->rank_k;
     return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x) + k_blocks * sizeof(block_q8k);
+}
+
+/* The KV cache's bytes with K and V rows of k_row and v_row bytes. */
+static double kv_bytes(const buffer_sizes *s, size_t k_row, size_t v_row) { return (double)s->kv_rows * (double)(k_row + v_row); }
+
+/* The types and the bytes of their rows; a quantized head's slice must be whole blocks. */
+static int kv_types(pi_context *c) {
+    const pi_model *m = c->model;
+    const int32_t types[2] = { c->params.type_k, c->params.type_v };
+    for (int i = 0; i < 2; i++) {
+        if (!pi_kv_type_ok(types[i]))
+            return pi_set_error(PI_ERR_ARG, "%s %d is not a KV cache type: f16 (%d), q8_0 (%d) or q4_0 (%d)",
+                                i ? "type_v" : "type_k", types[i], PI_TYPE_F16, PI_TYPE_Q8_0, PI_TYPE_Q4_0);
+        if (types[i] != PI_TYPE_F16 && m->head_dim % QK)
+            return pi_set_error(PI_ERR_UNSUPPORTED, "a %s KV cache stores blocks of %d along each head, and this model's "
+                                "head_dim is %d: use f16", pi_type_name((uint32_t)types[i]), QK, m->head_dim);
+    }
+    const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
+    c->k_row = pi_kv_row_bytes(types[0], kv_dim);
+    c->v_row = pi_kv_row_bytes(types[1], kv_dim);
+    return PI_OK;
+}
+
+/* The refusal of a context larger than the machine's memory, with what its KV cache needs in
+ * f16, q8_0 and q4_0 (both caches in one type) and which of the smaller two would fit. */
+static int refuse_memory(const pi_context *c, const buffer_sizes *s, double need, double phys) {
+    const size_t kv_dim = (size_t)c->model->info.n_head_kv * c->model->head_dim;
+    const int32_t smaller[2] = { PI_TYPE_Q8_0, PI_TYPE_Q4_0 };
+    double in[2];
+    char fits[64] = "";
+    for (int i = 0; i < 2; i++) {
+        in[i] = kv_bytes(s, pi_kv_row_bytes(smaller[i], kv_dim), pi_kv_row_bytes(smaller[i], kv_dim));
+        if (scratch_bytes(s) + in[i] <= phys)
+            snprintf(fits + strlen(fits), sizeof fits - strlen(fits), "%s%s", *fits ? " or " : "", pi_type_name((uint32_t)smaller[i]));
+    }
+    const double f16 = kv_bytes(s, pi_kv_row_bytes(PI_TYPE_F16, kv_dim), pi_kv_row_bytes(PI_TYPE_F16, kv_dim));
+    return pi_set_error(PI_ERR_NOMEM,
+                        "a context of n_ctx=%u needs %.1f MiB (KV cache %.1f MiB, K %s, V %s), more than the %.1f MiB of "
+                        "RAM; its KV cache needs %.1f MiB in f16, %.1f MiB in q8_0, %.1f MiB in q4_0 (type_k = type_v): %s would fit",
+                        c->n_ctx, need / 1048576.0, kv_bytes(s, c->k_row, c->v_row) / 1048576.0,
+                        pi_type_name((uint32_t)c->params.type_k), pi_type_name((uint32_t)c->params.type_v),
+                        phys / 1048576.0, f16 / 1048576.0, in[0] / 1048576.0, in[1] / 1048576.0,
+                        *fits ? fits : "none of them");
 }
 
 int pi_context_alloc(pi_context *c) {
@@ -62,15 +110,15 @@ int pi_context_alloc(pi_context *c) {
     buffer_sizes s = plan(m, c->n_ctx, c->n_batch, pool_size, c->logits_rows);
     if (c->params.embeddings) s.embd = (size_t)c->n_ctx * h->n_embd;
 
+    int rc = kv_types(c);
+    if (rc) return rc;
+
     /* refuse before allocating: a KV cache larger than the machine's memory cannot work */
-    const double need = total_bytes(&s);
+    const double need = scratch_bytes(&s) + kv_bytes(&s, c->k_row, c->v_row);
     const double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    if (phys > 0 && need > phys)
-        return pi_set_error(PI_ERR_NOMEM,
-                            "a context of n_ctx=%u needs %.1f MiB (KV cache %.1f MiB), more than the %.1f MiB of RAM",
-                            c->n_ctx, need / 1048576.0, 2.0 * s.kv * sizeof(pi_fp16) / 1048576.0, phys / 1048576.0);
-    c->k_cache = calloc(s.kv, sizeof(pi_fp16));
-    c->v_cache = calloc(s.kv, sizeof(pi_fp16));
+    if (phys > 0 && need > phys) return refuse_memory(c, &s, need, phys);
+    c->k_cache = calloc(s.kv_rows, c->k_row);
+    c->v_cache = calloc(s.kv_rows, c->v_row);
     c->x = malloc(s.x * sizeof(float));
     c->xn = malloc(s.xn * sizeof(float));
     c->xq.q = malloc(s.xq * sizeof(block_q8x));

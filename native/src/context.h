@@ -26,8 +26,10 @@ struct pi_context {
     pi_vec_ops vec;
     pi_threadpool *pool;
 
-    /* KV cache in f16 (llama.cpp's default, and half the bytes), [n_layer][n_ctx][kv_dim] each */
-    pi_fp16 *k_cache, *v_cache;
+    /* KV cache, [n_layer][n_ctx] rows of kv_dim values each, in params.type_k / type_v (kv_cache.h):
+     * f16 as llama.cpp's default, or its q8_0 / q4_0 blocks; k_row, v_row: bytes of one row */
+    uint8_t *k_cache, *v_cache;
+    size_t k_row, v_row;
 
     /* scratch for a batch of up to n_batch tokens (B) */
     float *x;           /* [B][n_embd]   residual stream */

@@ -15,7 +15,7 @@ PI_API pi_context_params pi_context_default_params(void) {
     pi_context_params p = { .n_ctx = 512, .n_batch = 512, .n_threads = 0, .n_threads_batch = 0,
                             .logits_all = 0, .kernel_impl = PI_IMPL_AUTO, .sparse = PI_SPARSE_DECODE,
                             .sparse_threshold_shift = 0.0f, .device = PI_DEVICE_NONE, .vram_budget = 0,
-                            .embeddings = 0, .n_gpu_layers = 0 };
+                            .embeddings = 0, .n_gpu_layers = 0, .type_k = PI_TYPE_F16, .type_v = PI_TYPE_F16 };
     return p;
 }
 
@@ -89,6 +89,10 @@ static pi_outputs chunk_outputs(pi_context *c, int32_t n_tokens, int32_t n_logit
     return (pi_outputs){ first, first < n ? c->logits + (size_t)(done + first - tail) * n_vocab : NULL };
 }
 
+PI_API uint64_t pi_context_kv_bytes(const pi_context *c) {
+    return c ? (uint64_t)c->model->info.n_layer * c->n_ctx * (c->k_row + c->v_row) : 0;
+}
+
 PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int32_t pos) {
     return pi_decode_tail(c, tokens, n_tokens, pos, 1);
 }
@@ -155,30 +159,31 @@ PI_API float *pi_get_embeddings(pi_context *c, int32_t *rows) {
     return c ? c->embd : NULL;
 }
 
-/* ---- state: a header, then per layer the keys and then the values of positions [0, n_past) ---- */
+/* ---- state: a header, then per layer the keys and then the values of positions [0, n_past),
+ * rows as the cache holds them in its types (version 2: the types are in the header) ---- */
+
+enum { STATE_VERSION = 2 };
 
 typedef struct {
     char magic[4];      /* "PIST" */
     uint32_t version;
     int32_t n_layer, kv_dim, n_embd, n_past;
+    int32_t type_k, type_v;
 } state_header;
 
 static size_t state_bytes(const pi_context *c, int32_t n_past) {
-    const pi_model *m = c->model;
-    const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
-    return sizeof(state_header) + 2 * (size_t)m->info.n_layer * (size_t)n_past * kv_dim * sizeof(pi_fp16);
+    return sizeof(state_header) + (size_t)c->model->info.n_layer * (size_t)n_past * (c->k_row + c->v_row);
 }
 
 /* the caches' positions [0, n_past) to the blob after its header (save) or back (load) */
 static void copy_cache(pi_context *c, uint8_t *blob, int32_t n_past, int save) {
-    const size_t kv_dim = (size_t)c->model->info.n_head_kv * c->model->head_dim;
-    const size_t bytes = (size_t)n_past * kv_dim * sizeof(pi_fp16);
     uint8_t *at = blob + sizeof(state_header);
     for (int il = 0; il < c->model->info.n_layer; il++) {
-        pi_fp16 *caches[2] = { c->k_cache + (size_t)il * c->n_ctx * kv_dim, c->v_cache + (size_t)il * c->n_ctx * kv_dim };
-        for (int i = 0; i < 2; i++, at += bytes) {
-            if (save) memcpy(at, caches[i], bytes);
-            else memcpy(caches[i], at, bytes);
+        uint8_t *caches[2] = { c->k_cache + (size_t)il * c->n_ctx * c->k_row, c->v_cache + (size_t)il * c->n_ctx * c->v_row };
+        const size_t bytes[2] = { (size_t)n_past * c->k_row, (size_t)n_past * c->v_row };
+        for (int i = 0; i < 2; at += bytes[i], i++) {
+            if (save) memcpy(at, caches[i], bytes[i]);
+            else memcpy(caches[i], at, bytes[i]);
         }
     }
 }
@@ -204,7 +209,8 @@ PI_API int pi_context_get_state(const pi_context *c, uint8_t *dst, uint64_t size
                             (unsigned long long)size, state_bytes(c, c->n_past));
     const pi_model *m = c->model;
     const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
-    state_header h = { { 'P', 'I', 'S', 'T' }, 1, m->info.n_layer, (int32_t)kv_dim, m->info.n_embd, c->n_past };
+    state_header h = { { 'P', 'I', 'S', 'T' }, STATE_VERSION, m->info.n_layer, (int32_t)kv_dim, m->info.n_embd, c->n_past,
+                       c->params.type_k, c->params.type_v };
     memcpy(dst, &h, sizeof h);
     copy_cache((pi_context *)c, dst, c->n_past, 1); /* reads the caches only */
     return PI_OK;
@@ -218,8 +224,13 @@ PI_API int pi_context_set_state(pi_context *c, const uint8_t *src, uint64_t size
     state_header h;
     if (size < sizeof h) return pi_set_error(PI_ERR_FORMAT, "state of %llu bytes is too short", (unsigned long long)size);
     memcpy(&h, src, sizeof h);
-    if (memcmp(h.magic, "PIST", 4) || h.version != 1)
+    if (memcmp(h.magic, "PIST", 4) || h.version != STATE_VERSION)
         return pi_set_error(PI_ERR_FORMAT, "not a pypowerinfer state (or another version)");
+    if (h.type_k != c->params.type_k || h.type_v != c->params.type_v)
+        return pi_set_error(PI_ERR_FORMAT, "the state's KV cache is K %s, V %s, and this context's K %s, V %s: make the "
+                            "context with the state's type_k and type_v", pi_type_name((uint32_t)h.type_k),
+                            pi_type_name((uint32_t)h.type_v), pi_type_name((uint32_t)c->params.type_k),
+                            pi_type_name((uint32_t)c->params.type_v));
     if (h.n_layer != m->info.n_layer || h.kv_dim != (int32_t)kv_dim || h.n_embd != m->info.n_embd)
         return pi_set_error(PI_ERR_FORMAT, "the state is of another model (%d layers, kv %d, n_embd %d)", h.n_layer,
                             h.kv_dim, h.n_embd);

@@ -9,6 +9,7 @@
 #include "ffn_sparse.h"
 #include "forward.h"
 #include "lora.h"
+#include "kv_cache.h"
 #include "ops.h"
 #include "status.h"
 #include "token_bytes.h"
@@ -121,10 +122,8 @@ int pi_attention_block(pi_context *c, int il, int n, int pos0) {
     if (L->attn_k_norm) pi_rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
     pi_rope(c, c->q, h->n_head, n, L->rope_local);
     pi_rope(c, c->k, h->n_head_kv, n, L->rope_local);
-    const size_t cache_at = ((size_t)il * c->n_ctx + (size_t)pos0) * kv_dim;
-    c->vec.to_f16(c->k, c->k_cache + cache_at, n * kv_dim);
-    c->vec.to_f16(c->v, c->v_cache + cache_at, n * kv_dim);
-    pi_round_to_f16(c->q, n * q_dim); /* llama.cpp multiplies q with the f16 keys in f16 */
+    pi_kv_store(c, il, pos0, n);
+    pi_kv_prepare_q(c, n);
 
     pi_attention(c, il, n, pos0, c->xn);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lora.h"
+#include "kv_cache.h"
 #include "ops.h"
 
 /* ---- parallel matmul ---- */
@@ -111,28 +112,27 @@ static void attn_worker(void *arg, int ith, int nth) {
     const pi_context *c = a->c;
     const pi_model *m = c->model;
     const int n_head = m->info.n_head, hd = m->head_dim, group = n_head / m->info.n_head_kv;
-    const int q_dim = n_head * hd, kv_dim = m->info.n_head_kv * hd;
+    const int q_dim = n_head * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    const pi_fp16 *k_layer = c->k_cache + (size_t)a->layer * c->n_ctx * kv_dim;
-    const pi_fp16 *v_layer = c->v_cache + (size_t)a->layer * c->n_ctx * kv_dim;
+    const uint8_t *k_layer = c->k_cache + (size_t)a->layer * c->n_ctx * c->k_row;
+    const uint8_t *v_layer = c->v_cache + (size_t)a->layer * c->n_ctx * c->v_row;
+    /* a head's slice of a row: whole blocks (pi_context_alloc checks head_dim) */
+    const size_t k_head = pi_kv_row_bytes(c->params.type_k, (size_t)hd), v_head = pi_kv_row_bytes(c->params.type_v, (size_t)hd);
     float *att = c->att + (size_t)ith * c->n_ctx;
     for (int item = ith; item < a->n * n_head; item += nth) {
         const int t = item / n_head, h = item % n_head, n_kv = a->pos0 + t + 1; /* causal: keys 0..pos */
         /* a local layer sees only the last swa_window positions */
         const int first = a->local && n_kv > m->swa_window ? n_kv - m->swa_window : 0;
-        const float *q = c->q + (size_t)t * q_dim + (size_t)h * hd;
-        const pi_fp16 *k = k_layer + (size_t)(h / group) * hd, *v = v_layer + (size_t)(h / group) * hd;
         const int n = n_kv - first;
-        c->vec.scores_f16(q, k + (size_t)first * kv_dim, (size_t)kv_dim, n, hd, scale, att);
+        pi_kv_scores(c, t, h, k_layer + (size_t)(h / group) * k_head + (size_t)first * c->k_row, n, scale, att);
         float max = -INFINITY;
         for (int p = 0; p < n; p++) {
             if (m->attn_softcap > 0.0f) att[p] = m->attn_softcap * tanhf(att[p] / m->attn_softcap);
             if (att[p] > max) max = att[p];
         }
         const float inv_sum = 1.0f / c->vec.exp_sub_sum(att, max, n);
-        /* probabilities rounded to f16 as llama.cpp's f16 KQ·V product does */
-        c->vec.probs_f16(att, inv_sum, n);
-        c->vec.mix_f16(att, v + (size_t)first * kv_dim, (size_t)kv_dim, n, hd, a->out + (size_t)t * q_dim + (size_t)h * hd);
+        pi_kv_mix(c, att, inv_sum, v_layer + (size_t)(h / group) * v_head + (size_t)first * c->v_row, n,
+                  a->out + (size_t)t * q_dim + (size_t)h * hd);
     }
 }
 

@@ -53,6 +53,16 @@ static void mix_f16_ref(const float *p, const pi_fp16 *v, size_t stride, int n, 
         for (int i = 0; i < hd; i++) out[i] += p[j] * pi_fp16_to_f32(v[(size_t)j * stride + i]);
 }
 
+/* out = sum_p p[p] v_p for q8_0 rows, as llama.cpp's flash attention sums a quantized V: each value
+ * decoded to f32 (d * q), then multiplied by its weight and added */
+static void mix_q8_0_ref(const float *p, const uint8_t *v, size_t stride, int n, int hd, float *out) {
+    for (int i = 0; i < hd; i++) out[i] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const block_q8_0 *b = (const block_q8_0 *)(v + (size_t)j * stride);
+        for (int i = 0; i < hd; i++) out[i] += pi_fp16_to_f32(b[i / QK].d) * (float)b[i / QK].qs[i % QK] * p[j];
+    }
+}
+
 static void to_f16_ref(const float *x, pi_fp16 *y, int n) {
     for (int i = 0; i < n; i++) y[i] = pi_f32_to_fp16(x[i]);
 }
@@ -218,6 +228,34 @@ AVX2 static void mix_f16_avx2(const float *p, const pi_fp16 *v, size_t stride, i
     }
 }
 
+/* 8 values of a q8_0 block, decoded: d * q */
+AVX2 static __m256 load_q8(const int8_t *q, __m256 d) {
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))));
+}
+
+/* as mix_f16_avx2: out in registers, one block (32 values) at a time, over every row */
+AVX2 static void mix_q8_0_avx2(const float *p, const uint8_t *v, size_t stride, int n, int hd, float *out) {
+    if (hd % QK) {
+        mix_q8_0_ref(p, v, stride, n, hd, out);
+        return;
+    }
+    for (int b = 0; b < hd / QK; b++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const block_q8_0 *blk = (const block_q8_0 *)(v + (size_t)j * stride) + b;
+            const __m256 w = _mm256_broadcast_ss(p + j), d = _mm256_set1_ps(pi_fp16_to_f32(blk->d));
+            a0 = _mm256_fmadd_ps(load_q8(blk->qs, d), w, a0);
+            a1 = _mm256_fmadd_ps(load_q8(blk->qs + 8, d), w, a1);
+            a2 = _mm256_fmadd_ps(load_q8(blk->qs + 16, d), w, a2);
+            a3 = _mm256_fmadd_ps(load_q8(blk->qs + 24, d), w, a3);
+        }
+        _mm256_storeu_ps(out + b * QK, a0);
+        _mm256_storeu_ps(out + b * QK + 8, a1);
+        _mm256_storeu_ps(out + b * QK + 16, a2);
+        _mm256_storeu_ps(out + b * QK + 24, a3);
+    }
+}
+
 AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -228,11 +266,11 @@ AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
 
 void pi_vec_ops_init(pi_vec_ops *v, int use_simd) {
     *v = (pi_vec_ops){ "ref", axpy_ref, exp_sub_sum_ref, silu_mul_ref, sum_squares_ref,
-                       scores_f16_ref, probs_f16_ref, mix_f16_ref, to_f16_ref };
+                       scores_f16_ref, probs_f16_ref, mix_f16_ref, mix_q8_0_ref, to_f16_ref };
 #if defined(__x86_64__)
     if (use_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         *v = (pi_vec_ops){ "avx2", axpy_avx2, exp_sub_sum_avx2, silu_mul_avx2, sum_squares_avx2,
-                           scores_f16_avx2, probs_f16_avx2, mix_f16_avx2, to_f16_avx2 };
+                           scores_f16_avx2, probs_f16_avx2, mix_f16_avx2, mix_q8_0_avx2, to_f16_avx2 };
 #else
     (void)use_simd;
 #endif

@@ -19,6 +19,8 @@ typedef struct {
     void (*probs_f16)(float *p, float a, int n);                     /* p = f16(a * p), as llama.cpp rounds them */
     void (*mix_f16)(const float *p, const pi_fp16 *v, size_t stride, int n, int hd,
                     float *out);                                     /* out = sum_p p[p] v_p */
+    void (*mix_q8_0)(const float *p, const uint8_t *v, size_t stride, int n, int hd,
+                     float *out);                                    /* the same over q8_0 rows, stride in bytes */
     void (*to_f16)(const float *x, pi_fp16 *y, int n);
 } pi_vec_ops;
 

@@ -13,14 +13,21 @@ static int start_device(pi_context *c, const pi_device_share *share) {
     const int n_layer = c->model->info.n_layer;
     c->on_device = calloc((size_t)(n_layer > 0 ? n_layer : 1), sizeof *c->on_device);
     if (!c->on_device) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
-    const int rc = c->params.device == PI_DEVICE_HOST ? pi_device_host_new(c, share, &c->device)
-                                                      : pi_device_cuda_new(c, share, &c->device);
-    if (rc) return rc;
+    int device_attention = 0;
     for (int il = 0; il < n_layer; il++) {
         c->on_device[il].attention = il >= share->first_whole || (share->attention && share->attention[il]);
+        device_attention |= c->on_device[il].attention;
         /* a parallel block's FFN runs inside its attention step */
         c->on_device[il].ffn = il >= share->first_whole && !c->model->parallel;
     }
+    /* the device's KV cache is f16: its attention would not be the one the quantized types ask for */
+    if (device_attention && (c->params.type_k != PI_TYPE_F16 || c->params.type_v != PI_TYPE_F16))
+        return pi_set_error(PI_ERR_UNSUPPORTED, "a KV cache of K %s, V %s runs attention on the CPU only, and the "
+                            "device would take the attention of some layers: use f16, or no device",
+                            pi_type_name((uint32_t)c->params.type_k), pi_type_name((uint32_t)c->params.type_v));
+    const int rc = c->params.device == PI_DEVICE_HOST ? pi_device_host_new(c, share, &c->device)
+                                                      : pi_device_cuda_new(c, share, &c->device);
+    if (rc) return rc;
     c->logits_on_device = share->output;
     return PI_OK;
 }

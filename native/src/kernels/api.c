@@ -5,6 +5,7 @@
 #include "cuda/weights.h"
 #include "kernels.h"
 #include "status.h"
+#include "vec.h"
 
 /* The kernel table for impl, or an error naming why there is none. */
 static int kernels_for(int32_t impl, pi_kernels *k) {
@@ -104,5 +105,18 @@ PI_API int pi_kernel_device_dequant(int32_t type, int32_t units, const void *row
         pi_dw_unit((uint32_t)type, row, u, n, w);
         for (int j = 0; j < 32 && 32 * u + j < n; j++) out[32 * u + j] = w[j];
     }
+    return PI_OK;
+}
+
+PI_API int pi_kernel_mix_q8_0(int32_t impl, const void *v, uint64_t stride, const float *p, int32_t n, int32_t hd,
+                              float *out) {
+    if (impl != PI_IMPL_REF && impl != PI_IMPL_AVX2) return pi_set_error(PI_ERR_ARG, "mix_q8_0: impl 1 or 2, not %d", impl);
+    if (!v || !p || !out || n < 0 || hd <= 0 || hd % QK || stride < (uint64_t)(hd / QK) * sizeof(block_q8_0))
+        return pi_set_error(PI_ERR_ARG, "mix_q8_0: bad arguments");
+    pi_vec_ops ops;
+    pi_vec_ops_init(&ops, impl == PI_IMPL_AVX2);
+    if (impl == PI_IMPL_AVX2 && ops.name[0] != 'a')
+        return pi_set_error(PI_ERR_UNSUPPORTED, "the AVX2 vector ops are not available on this CPU");
+    ops.mix_q8_0(p, v, (size_t)stride, n, hd, out);
     return PI_OK;
 }

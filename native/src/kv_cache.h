@@ -1,0 +1,31 @@
+/* kv_cache.h - the KV cache's row formats, as llama.cpp's type_k / type_v: f16 (the default),
+ * q8_0 and q4_0. Each position holds one row of kv_dim values per layer for K and for V; the
+ * block formats quantize it in blocks of 32 along kv_dim, so a head's slice is whole blocks. */
+#ifndef PI_KV_CACHE_H
+#define PI_KV_CACHE_H
+#include "context.h"
+
+/* Whether type is a KV cache type we run (PI_TYPE_F16, PI_TYPE_Q8_0, PI_TYPE_Q4_0). */
+int pi_kv_type_ok(int32_t type);
+
+/* Bytes of one position's row of kv_dim values in type (kv_dim a multiple of the block). */
+static inline size_t pi_kv_row_bytes(int32_t type, size_t kv_dim) {
+    return kv_dim / (size_t)pi_type_block_size((uint32_t)type) * pi_type_block_bytes((uint32_t)type);
+}
+
+/* Rows pos0 .. pos0+n-1 of layer il from c->k and c->v (float, [n][kv_dim]) into the caches. */
+void pi_kv_store(pi_context *c, int il, int pos0, int n);
+
+/* q of n tokens ([n][q_dim] in c->q) in the form the keys are dotted with: rounded to f16 for f16
+ * keys, else q8_0 blocks in c->xq.q, which is free between the q/k/v and the output matmuls. */
+void pi_kv_prepare_q(pi_context *c, int n);
+
+/* out[p] = scale * q . k_p over n keys from k (a head's slice of the first row, rows
+ * c->k_row bytes apart), for head h of token t of the step. */
+void pi_kv_scores(const pi_context *c, int t, int h, const uint8_t *k, int n, float scale, float *out);
+
+/* out = inv_sum * sum_p e[p] v_p over n values from v (as k above), e the exponentials of the
+ * scores (overwritten) and inv_sum one over their sum. */
+void pi_kv_mix(const pi_context *c, float *e, float inv_sum, const uint8_t *v, int n, float *out);
+
+#endif
