@@ -399,6 +399,9 @@ def parse_args(argv=None):
     ap.add_argument("--sparse-shift", type=float, default=float(_env("sparse_shift", 0.0)))
     ap.add_argument("--lora-path", default=_env("lora_path"), help="a LoRA adapter (llama.cpp's GGUF) for the model")
     ap.add_argument("--lora-scale", type=float, default=float(_env("lora_scale", 1.0)))
+    kv_type = lambda v: int(v) if v.isdigit() else v  # noqa: E731 - a GGML id, as the peer's server takes, or a name
+    ap.add_argument("--type-k", type=kv_type, default=_env("type_k"), help="KV cache keys: f16 (default), q8_0, q4_0")
+    ap.add_argument("--type-v", type=kv_type, default=_env("type_v"), help="KV cache values: f16 (default), q8_0, q4_0")
     ap.add_argument("--max-queue", type=int, default=int(_env("max_queue", 64)),
                     help="requests that may wait for the model; beyond them a 503 with Retry-After")
     ap.add_argument("--parallel", type=int, default=int(_env("parallel", 1)),
@@ -443,7 +446,8 @@ def main(argv=None) -> int:
                 model, n_ctx=args.n_ctx, n_threads=args.n_threads, chat_format=args.chat_format, embedding=True,
                 sparse=False if args.no_sparse else None,  # None: as the file decided
                 sparse_threshold_shift=args.sparse_shift, vram_budget=args.vram_budget,
-                n_gpu_layers=args.n_gpu_layers, lora_path=args.lora_path, lora_scale=args.lora_scale, verbose=False)
+                n_gpu_layers=args.n_gpu_layers, lora_path=args.lora_path, lora_scale=args.lora_scale,
+                type_k=args.type_k, type_v=args.type_v, verbose=False)
         except Exception as exc:  # noqa: BLE001 - whatever stops the load stops the server, with its message
             failed.append(exc)
             server.should_exit = True

@@ -94,3 +94,8 @@ def test_a_full_queue_answers_503_with_retry_after(llm):
 def test_bad_options_are_refused_at_start(argv, message, capsys):
     assert main(argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_a_bad_kv_cache_type_stops_the_server(smollm2_path, capsys):
+    assert main(["--model", str(smollm2_path), "--type-k", "q5_k", "--port", "0"]) == 1
+    assert "type_k" in capsys.readouterr().err
