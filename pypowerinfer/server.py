@@ -180,6 +180,50 @@ def _chunk_tokens(chunk: dict) -> int:
     return int(bool(choice.get("text") or (choice.get("delta") or {}).get("content")))
 
 
+class _AheadOfClient:
+    """A chunk generator run in its own thread, up to `depth` chunks ahead of the client: the
+    next token is computed while the last one is sent, and a chunk crosses threads once."""
+
+    DONE = object()
+
+    def __init__(self, chunks: Iterator[dict], loop: asyncio.AbstractEventLoop, depth: int = 8):
+        self._chunks, self._loop = chunks, loop
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._room = threading.Semaphore(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pypowerinfer-stream", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    def _run(self) -> None:
+        try:
+            for chunk in self._chunks:
+                self._room.acquire()
+                if self._stop.is_set():
+                    break
+                self._put(chunk)
+        except Exception as exc:  # noqa: BLE001 - handed to the client's side, which raises it
+            self._put(exc)
+        finally:
+            self._chunks.close()  # ends the generation: the Llama is free again
+            self._put(self.DONE)
+
+    async def get(self):
+        item = await self._queue.get()
+        self._room.release()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    async def close(self) -> None:
+        """Stop generating (the stream ended or its client left) and wait until it has stopped."""
+        self._stop.set()
+        self._room.release()  # a producer waiting for room sees the stop
+        await anyio.to_thread.run_sync(self._thread.join)
+
+
 class _Served:
     """The model (None while it loads), the lock that queues requests to it, and the metrics."""
 
@@ -236,20 +280,17 @@ class _Served:
         except (ValueError, NotImplementedError, RuntimeError) as exc:
             self.release()
             raise _model_error(exc) from None
-        done = object()
-
         async def events():
-            # sse-starlette cancels this generator when the client leaves. A cancel must not land
-            # while a token is being computed in a worker thread (closing the generator then would
-            # race it), nor skip the clean-up: both run shielded, so the lock is always released.
+            # sse-starlette cancels this generator when the client leaves; the clean-up runs
+            # shielded, so the generation is stopped and the lock released whatever happens
+            ahead = _AheadOfClient(chunks, asyncio.get_running_loop())
             tokens, first = 0, None
             try:
                 while True:
                     if await request.is_disconnected():
                         break
-                    with anyio.CancelScope(shield=True):
-                        chunk = await run_in_threadpool(next, chunks, done)
-                    if chunk is done:
+                    chunk = await ahead.get()
+                    if chunk is _AheadOfClient.DONE:
                         yield {"data": "[DONE]"}
                         break
                     if _chunk_tokens(chunk):
@@ -261,7 +302,7 @@ class _Served:
                     yield {"data": json.dumps(chunk)}
             finally:
                 with anyio.CancelScope(shield=True):
-                    await run_in_threadpool(chunks.close)
+                    await ahead.close()
                 self.release()
                 if tokens > 1:
                     self.metrics.decode_rate.set((tokens - 1) / (time.perf_counter() - first))
