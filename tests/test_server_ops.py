@@ -99,3 +99,40 @@ def test_bad_options_are_refused_at_start(argv, message, capsys):
 def test_a_bad_kv_cache_type_stops_the_server(smollm2_path, capsys):
     assert main(["--model", str(smollm2_path), "--type-k", "q5_k", "--port", "0"]) == 1
     assert "type_k" in capsys.readouterr().err
+
+
+def test_a_stream_runs_ahead_of_its_client_and_stops_with_it():
+    import asyncio
+
+    from pypowerinfer.server import _AheadOfClient
+
+    made, closed = [], []
+
+    def endless():
+        try:
+            while True:
+                made.append(len(made))
+                yield {"n": made[-1]}
+        finally:
+            closed.append(True)
+
+    def failing():
+        yield {"n": 0}
+        raise ValueError("boom")
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        ahead = _AheadOfClient(endless(), loop, depth=3)
+        assert [(await ahead.get())["n"] for _ in range(2)] == [0, 1]
+        await asyncio.sleep(0.2)
+        assert len(made) <= 2 + 3 + 1  # the chunks read, the room ahead, and one being made
+        await ahead.close()
+        assert closed == [True]  # the generation ended with the stream
+        failed = _AheadOfClient(failing(), loop)
+        assert (await failed.get())["n"] == 0
+        with pytest.raises(ValueError, match="boom"):
+            await failed.get()
+        assert await failed.get() is _AheadOfClient.DONE
+        await failed.close()
+
+    asyncio.run(run())
