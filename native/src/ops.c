@@ -71,12 +71,18 @@ static void matmul_weights(pi_context *c, pi_act x, int nt, const pi_mm_target *
     pi_threadpool_run(c->pool, mm_worker, &t, nth);
 }
 
+/* Y[t] += s B mid[t] for the nt rows of rank in c->lora_mid: the second half of a pair's term */
+static void lora_b_add(pi_context *c, const pi_lora_pair *p, int nt, float *Y) {
+    const pi_mm_target out = { &p->b, c->lora_out };
+    matmul_weights(c, pi_quantize(&c->kern, c->lora_mid, c->lora_midq, nt, (int)p->b.n_in), nt, &out, 1);
+    c->vec.axpy(pi_lora_pair_scale(c->adapter, p, c->adapter_scale), c->lora_out, Y, nt * (int)p->b.n_out);
+}
+
 /* Y[t] += s B (A x[t]), in llama.cpp's order: A x, then B of it, scaled and added */
 static void lora_add(pi_context *c, const pi_lora_pair *p, pi_act x, int nt, float *Y) {
-    const pi_mm_target mid = { &p->a, c->lora_mid }, out = { &p->b, c->lora_out };
+    const pi_mm_target mid = { &p->a, c->lora_mid };
     matmul_weights(c, x, nt, &mid, 1);
-    matmul_weights(c, pi_quantize(&c->kern, c->lora_mid, c->lora_midq, nt, (int)p->a.n_out), nt, &out, 1);
-    c->vec.axpy(pi_lora_pair_scale(c->adapter, p, c->adapter_scale), c->lora_out, Y, nt * (int)p->b.n_out);
+    lora_b_add(c, p, nt, Y);
 }
 
 void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets) {
@@ -94,9 +100,7 @@ void pi_lora_embed(pi_context *c, const int32_t *tokens, int n) {
     const int rank = (int)p->a.n_in;
     for (int t = 0; t < n; t++)
         c->kern.dequant[p->a.type](p->a.data + (size_t)tokens[t] * p->a.row_bytes, c->lora_mid + (size_t)t * rank, rank);
-    const pi_mm_target out = { &p->b, c->lora_out };
-    matmul_weights(c, pi_quantize(&c->kern, c->lora_mid, c->lora_midq, n, rank), n, &out, 1);
-    c->vec.axpy(pi_lora_pair_scale(c->adapter, p, c->adapter_scale), c->lora_out, c->x, n * (int)p->b.n_out);
+    lora_b_add(c, p, n, c->x);
 }
 
 /* ---- attention over the KV cache: one (token, head) pair per work item ---- */
