@@ -177,7 +177,8 @@ class Llama:
         self._n_ctx = self._ctx.n_ctx
         self.kv_cache_bytes = self._ctx.kv_bytes
         self.input_ids = np.zeros(self._n_ctx, dtype=np.intc)
-        # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [1][n_vocab]
+        # zero-copy view of the native logits: [n_ctx][n_vocab] with logits_all, else [n_logits][n_vocab]
+        # (one row, or a draft's rows: _last_logits maps a position to its row)
         self.scores = self._ctx.logits
         self._sampler = Sampler(self._n_vocab, self._seed)
         log_info(f"pypowerinfer: {os.path.basename(model_path)}: {info.n_layer} layers, n_embd {info.n_embd}, "

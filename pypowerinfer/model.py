@@ -145,8 +145,28 @@ def _text(ptr, length: int, errors: str = "replace") -> str:
     return ffi.unpack(ptr, length).decode("utf-8", errors)
 
 
-class NativeModel:
+class _Owned:
+    """A native object the wrapper owns: freed by close(), or at garbage collection."""
+
+    _what = "object"  # for the message after close
+    _handle = None
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ValueError(f"the {self._what} has been closed")
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None:
+            ffi.release(self._handle)  # runs its *_free now instead of at garbage collection
+            self._handle = None
+
+
+class NativeModel(_Owned):
     """A memory-mapped GGUF model."""
+
+    _what = "model"
 
     def __init__(self, path: str | os.PathLike, vocab_only: bool = False, ffn_act: str | None = None):
         self.path = os.fspath(path)
@@ -164,12 +184,6 @@ class NativeModel:
         self._handle = ffi.gc(out[0], lib.pi_model_free)
         self.vocab_only = vocab_only
         self.info = None if vocab_only else self._read_info()
-
-    @property
-    def handle(self):
-        if self._handle is None:
-            raise ValueError("the model has been closed")
-        return self._handle
 
     def _read_info(self) -> ModelInfo:
         info = ffi.new("pi_model_info *")
@@ -243,14 +257,11 @@ class NativeModel:
             layers=[LayerPlacement(int(x.n_hot), int(x.bytes), float(x.coverage), bool(x.fixed_on_device))
                     for x in layers])
 
-    def close(self) -> None:
-        if self._handle is not None:
-            ffi.release(self._handle)  # runs pi_model_free now instead of at garbage collection
-            self._handle = None
 
-
-class NativeAdapter:
+class NativeAdapter(_Owned):
     """A LoRA adapter file checked against the model it adapts (which it borrows)."""
+
+    _what = "adapter"
 
     def __init__(self, model: NativeModel, path: str | os.PathLike):
         self.path = os.fspath(path)
@@ -261,17 +272,6 @@ class NativeAdapter:
         self._handle = ffi.gc(out[0], lib.pi_adapter_free)
         self._model = model
         self.n_pairs = int(lib.pi_adapter_n_pairs(self._handle))
-
-    @property
-    def handle(self):
-        if self._handle is None:
-            raise ValueError("the adapter has been closed")
-        return self._handle
-
-    def close(self) -> None:
-        if self._handle is not None:
-            ffi.release(self._handle)
-            self._handle = None
 
 
 class NativeContext:
