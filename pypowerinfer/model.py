@@ -275,13 +275,15 @@ class NativeAdapter(_Owned):
 
 
 class NativeContext:
-    """KV cache, scratch and thread pool of one sequence. Logits are a zero-copy numpy view."""
+    """KV cache, scratch and thread pool of one sequence, or of n_seq_max (decode_batch). Logits
+    are a zero-copy numpy view."""
 
     def __init__(self, model: NativeModel, *, n_ctx: int, n_batch: int, n_threads: int,
                  n_threads_batch: int, logits_all: bool, kernel_impl: KernelImpl = KernelImpl.AUTO,
                  sparse: Sparse = Sparse.DECODE, sparse_threshold_shift: float = 0.0,
                  device: Device = Device.NONE, vram_budget: int = 0, embeddings: bool = False,
-                 n_gpu_layers: int = 0, n_logits: int = 1, type_k: int = 1, type_v: int = 1):
+                 n_gpu_layers: int = 0, n_logits: int = 1, type_k: int = 1, type_v: int = 1,
+                 n_seq_max: int = 1):
         params = lib.pi_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -298,6 +300,7 @@ class NativeContext:
         params.n_logits = int(n_logits)
         params.type_k = int(type_k)  # GGML type ids: 1 f16, 8 q8_0, 2 q4_0 (kv_cache.py)
         params.type_v = int(type_v)
+        params.n_seq_max = int(n_seq_max)
         self._capture = None
         self._adapter = None
         out = ffi.new("pi_context **")
@@ -307,6 +310,9 @@ class NativeContext:
         self.n_ctx = int(lib.pi_context_n_ctx(self._handle))
         self.kernels = ffi.string(lib.pi_context_kernels(self._handle)).decode()
         self.kv_bytes = int(lib.pi_context_kv_bytes(self._handle))
+        self.n_seq_max = max(int(n_seq_max), 1)
+        self.seq_ctx = int(lib.pi_context_seq_ctx(self._handle))  # positions per sequence
+        self._batch = ffi.new("pi_batch *")  # decode_batch's, made once
         rows = ffi.new("int32_t *")
         ptr = lib.pi_get_logits(self._handle, rows)
         n_vocab = model.info.n_vocab
@@ -325,6 +331,42 @@ class NativeContext:
             raise ValueError("the context has been closed")
         tokens = np.ascontiguousarray(tokens, dtype=np.int32)
         check(lib.pi_decode_tail(self._handle, ffi.from_buffer("int32_t[]", tokens), len(tokens), pos, n_logits))
+
+    def decode_batch(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, logits: np.ndarray) -> None:
+        """Evaluate a llama_batch-shaped step (pi_decode_batch): token i of sequence seq[i] at
+        position pos[i]; the tokens where logits[i] is set get rows 0.. of `logits`, in order.
+        The arrays must be C-contiguous, int32 (logits: int8), of one length."""
+        if self._handle is None:
+            raise ValueError("the context has been closed")
+        n = len(tokens)
+        if not (len(pos) == len(seq) == len(logits) == n):
+            raise ValueError(f"decode_batch: tokens, pos, seq and logits differ in length "
+                             f"({n}, {len(pos)}, {len(seq)}, {len(logits)})")
+        batch = self._batch
+        batch.n_tokens = n
+        keep = [ffi.from_buffer("int32_t[]", tokens), ffi.from_buffer("int32_t[]", pos),
+                ffi.from_buffer("int32_t[]", seq), ffi.from_buffer("int8_t[]", logits)]  # alive for the call
+        batch.token, batch.pos, batch.seq, batch.logits = keep
+        check(lib.pi_decode_batch(self._handle, batch))
+
+    def seq_len(self, seq: int) -> int:
+        """Positions sequence `seq` holds."""
+        n = int(lib.pi_seq_len(self._handle, seq))
+        if n < 0:
+            raise ValueError(f"sequence {seq} is outside [0, {self.n_seq_max})")
+        return n
+
+    def seq_clear(self, seq: int = -1) -> None:
+        """Forget sequence `seq` (-1: every sequence)."""
+        check(lib.pi_seq_clear(self._handle, seq))
+
+    def seq_truncate(self, seq: int, pos: int) -> None:
+        """Keep positions [0, pos) of sequence `seq`."""
+        check(lib.pi_seq_truncate(self._handle, seq, pos))
+
+    def seq_copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Sequence dst becomes positions [0, n) of sequence src (a shared prompt prefix)."""
+        check(lib.pi_seq_copy_prefix(self._handle, src, dst, n))
 
     def set_adapter(self, adapter: NativeAdapter | None, scale: float = 1.0) -> None:
         """Apply a LoRA adapter (None: none) to every later decode; the context keeps it alive."""

@@ -112,6 +112,9 @@ typedef struct {
     int32_t n_logits;        /* without logits_all: rows of logits kept, the most pi_decode_tail asks for (0 = 1) */
     int32_t type_k, type_v;  /* the KV cache's types, ggml ids as llama.cpp's: 1 f16 (default), 8 q8_0, 2 q4_0;
                                 a quantized cache runs attention on the CPU only */
+    int32_t n_seq_max;       /* sequences the KV cache holds (0 = 1), each n_ctx / n_seq_max positions, as the
+                                slots of llama.cpp's server; more than one runs on the CPU only, without
+                                logits_all or embeddings */
 } pi_context_params;
 
 enum {
@@ -142,6 +145,29 @@ PI_API int pi_decode(pi_context *ctx, const int32_t *tokens, int32_t n_tokens, i
  * in rows 0 .. n_logits-1, in token order: a draft verified in one step. With logits_all the
  * rows are by position, as pi_decode's, whatever n_logits. */
 PI_API int pi_decode_tail(pi_context *ctx, const int32_t *tokens, int32_t n_tokens, int32_t pos, int32_t n_logits);
+
+/* Many sequences in one step, the shape of llama.cpp's llama_batch: token i goes to sequence
+ * seq[i] (0 <= seq < n_seq_max) at position pos[i], and gets a row of logits where logits[i] is
+ * not 0, rows 0.. in token order (at most params.n_logits of them). A sequence's tokens lie next
+ * to each other, at consecutive positions from one at most its length: its positions from there
+ * on are dropped first, as pi_decode's. All tokens of a step go through the weights together (a
+ * step of several tokens runs the FFN dense); attention is per sequence. Nothing is kept from a
+ * call that fails on its arguments. pi_decode and the state calls act on sequence 0. */
+typedef struct {
+    int32_t n_tokens;
+    const int32_t *token, *pos, *seq;
+    const int8_t *logits;
+} pi_batch;
+PI_API int pi_decode_batch(pi_context *ctx, const pi_batch *batch);
+
+/* Per-sequence cache operations: its length (positions held); clear (seq -1: every sequence);
+ * keep positions [0, pos) only (a rejected draft's rollback); copy positions [0, n) of src into
+ * dst, which then holds exactly those (a shared prefix, copied cell by cell). */
+PI_API int32_t pi_seq_len(const pi_context *ctx, int32_t seq);
+PI_API int pi_seq_clear(pi_context *ctx, int32_t seq);
+PI_API int pi_seq_truncate(pi_context *ctx, int32_t seq, int32_t pos);
+PI_API int pi_seq_copy_prefix(pi_context *ctx, int32_t src, int32_t dst, int32_t n);
+PI_API uint32_t pi_context_seq_ctx(const pi_context *ctx); /* positions per sequence */
 
 /* The logits buffer, owned by the context: [n_ctx][n_vocab] with logits_all (row = position),
  * else [n_logits][n_vocab], row 0 holding pi_decode's last evaluated position. *rows receives

@@ -150,7 +150,13 @@ int pi_context_alloc(pi_context *c) {
     c->ffn_tokens = calloc((size_t)h->n_layer, sizeof(int32_t));
     c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
     c->down_acc = malloc(s.per_thread * sizeof(float));
-    if (!c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
+    /* small: not in the memory check */
+    c->seq_len = calloc((size_t)c->n_seq, sizeof(int32_t));
+    c->segs = malloc(c->n_batch * sizeof(pi_segment));
+    c->tok_pos = malloc(c->n_batch * sizeof(int32_t));
+    c->tok_row0 = malloc(c->n_batch * sizeof(int32_t));
+    c->pick = malloc(c->n_batch * sizeof(int32_t));
+    if (!c->seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick || !c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
         (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
         !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_bytes ||
@@ -176,4 +182,5 @@ void pi_context_release(pi_context *c) {
     free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
     free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
     free(c->run_rows); free(c->run_bytes); free(c->ffn_first); free(c->ffn_tokens); free(c->down_acc); free(c->embd);
+    free(c->seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick);
 }

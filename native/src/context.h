@@ -1,4 +1,4 @@
-/* context.h - the run state of one sequence: KV cache, scratch buffers, kernels, threads.
+/* context.h - the run state of one or more sequences: KV cache, scratch buffers, kernels, threads.
  * Everything is allocated once in pi_context_new; a decode step allocates nothing. */
 #ifndef PI_CONTEXT_H
 #define PI_CONTEXT_H
@@ -17,11 +17,16 @@ typedef struct {
 /* the predictor's hidden-layer slots: the CPU threads share one, a device has its own */
 enum { PI_HIDDEN_CPU = 0, PI_HIDDEN_DEVICE = 1, PI_HIDDEN_SLOTS = 2 };
 
+/* the most sequences a context holds (n_seq_max) */
+enum { PI_MAX_SEQ = 256 };
+
 struct pi_context {
     pi_model *model;            /* borrowed */
     pi_context_params params;
     uint32_t n_ctx, n_batch;
-    int32_t n_past;             /* positions held in the KV cache */
+    int32_t n_seq;              /* sequences the KV cache holds (params.n_seq_max) */
+    uint32_t seq_ctx;           /* positions per sequence: sequence s owns rows [s * seq_ctx, (s + 1) * seq_ctx) */
+    int32_t *seq_len;           /* [n_seq] positions each sequence holds */
     pi_kernels kern;
     pi_vec_ops vec;
     pi_threadpool *pool;
@@ -32,6 +37,11 @@ struct pi_context {
     size_t k_row, v_row;
 
     /* scratch for a batch of up to n_batch tokens (B) */
+    struct pi_segment *segs;    /* [B] the step's tokens by sequence, set before pi_forward */
+    int n_segs;
+    int32_t *tok_pos;   /* [B] each token's position in its sequence */
+    int32_t *tok_row0;  /* [B] the cache row of its sequence's position 0 */
+    int32_t *pick;      /* [B] a batch step's tokens with logits */
     float *x;           /* [B][n_embd]   residual stream */
     float *xn;          /* [B][max_dim]  normed input of attention / FFN, then attention output */
     pi_act_store xq;    /* [B][max_dim/32] and [B][max_dim/256] quantized activations for the block formats
@@ -90,11 +100,19 @@ struct pi_context {
     int64_t step_bytes;         /* weight bytes read by the current pi_forward step */
 };
 
+/* Tokens [first, first + n) of a step: positions pos0 .. pos0 + n - 1 of sequence seq. */
+typedef struct pi_segment {
+    int32_t first, n, seq, pos0;
+} pi_segment;
+
 /* Which of a step's n tokens get logits, and where: tokens [first, n) into rows[0 ..), one row
- * of n_vocab each; first == n (rows NULL) when none of them does. */
+ * of n_vocab each; first == n (rows NULL) when none of them does. With pick, the n_pick tokens
+ * it lists instead (ascending), as a batch's flags choose. */
 typedef struct {
     int first;
     float *rows;
+    const int32_t *pick;
+    int n_pick;
 } pi_outputs;
 
 /* The scratch buffers of a context of n_ctx positions, n_batch tokens a step and n_threads

@@ -36,6 +36,14 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     if (n_ctx > (1u << 24)) return pi_set_error(PI_ERR_ARG, "n_ctx %u is too large", n_ctx);
     if (p.n_logits < 0 || p.n_logits > (int32_t)n_ctx)
         return pi_set_error(PI_ERR_ARG, "n_logits %d is outside [0, n_ctx %u]", p.n_logits, n_ctx);
+    const int32_t n_seq = p.n_seq_max > 0 ? p.n_seq_max : 1;
+    if (p.n_seq_max < 0 || n_seq > PI_MAX_SEQ || (uint32_t)n_seq > n_ctx)
+        return pi_set_error(PI_ERR_ARG, "n_seq_max %d is outside [1, %d] or more than n_ctx %u", p.n_seq_max,
+                            PI_MAX_SEQ, n_ctx);
+    /* a device's cache, the logits by position and the embeddings by position hold one sequence */
+    if (n_seq > 1 && (p.device != PI_DEVICE_NONE || p.vram_budget || p.n_gpu_layers || p.logits_all || p.embeddings))
+        return pi_set_error(PI_ERR_UNSUPPORTED, "n_seq_max %d: several sequences run on the CPU only, without "
+                            "vram_budget, n_gpu_layers, a device, logits_all or embeddings (not supported yet)", n_seq);
     /* an encoder's input is checked against its positions instead (pi_encode), as llama.cpp
      * takes any n_ctx for one */
     if (m->position_embd.data && h->causal && n_ctx > (uint32_t)h->n_ctx_train)
@@ -46,6 +54,8 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->params = p;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
+    c->n_seq = n_seq;
+    c->seq_ctx = n_ctx / (uint32_t)n_seq;
     c->params.n_threads = p.n_threads > 0 ? p.n_threads : cpu_count();
     c->params.n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : c->params.n_threads;
     c->logits_rows = p.logits_all ? (int)n_ctx : p.n_logits > 0 ? p.n_logits : 1;
@@ -83,10 +93,10 @@ PI_API const char *pi_context_kernels(const pi_context *c) { return c ? c->kern.
  * rows by position with logits_all, else rows 0.. in token order */
 static pi_outputs chunk_outputs(pi_context *c, int32_t n_tokens, int32_t n_logits, int32_t done, int n) {
     const size_t n_vocab = (size_t)c->model->info.n_vocab;
-    if (c->params.logits_all) return (pi_outputs){ 0, c->logits + (size_t)(c->n_past) * n_vocab };
+    if (c->params.logits_all) return (pi_outputs){ 0, c->logits + (size_t)c->seq_len[0] * n_vocab, NULL, 0 };
     const int32_t tail = n_tokens - n_logits; /* the first token with logits */
     const int first = tail > done ? (tail - done < n ? tail - done : n) : 0;
-    return (pi_outputs){ first, first < n ? c->logits + (size_t)(done + first - tail) * n_vocab : NULL };
+    return (pi_outputs){ first, first < n ? c->logits + (size_t)(done + first - tail) * n_vocab : NULL, NULL, 0 };
 }
 
 PI_API uint64_t pi_context_kv_bytes(const pi_context *c) {
@@ -102,12 +112,12 @@ PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens
     if (!c->params.logits_all && n_tokens > 0 && (n_logits < 1 || n_logits > n_tokens || n_logits > c->logits_rows))
         return pi_set_error(PI_ERR_ARG, "pi_decode_tail: logits for the last %d of %d tokens, but the context keeps "
                                         "1 to %d rows (n_logits)", n_logits, n_tokens, c->logits_rows);
-    if (n_tokens < 0 || pos < 0 || pos > c->n_past)
+    if (n_tokens < 0 || pos < 0 || pos > c->seq_len[0])
         return pi_set_error(PI_ERR_ARG, "pi_decode: position %d with %d tokens is invalid (%d cached)", pos, n_tokens,
-                            c->n_past);
-    if ((int64_t)pos + n_tokens > (int64_t)c->n_ctx)
+                            c->seq_len[0]);
+    if ((int64_t)pos + n_tokens > (int64_t)c->seq_ctx)
         return pi_set_error(PI_ERR_CONTEXT, "Requested tokens (%lld) exceed context window of %u",
-                            (long long)pos + n_tokens, c->n_ctx);
+                            (long long)pos + n_tokens, c->seq_ctx);
     const int32_t n_vocab = c->model->info.n_vocab;
     for (int32_t i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
@@ -117,10 +127,12 @@ PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens
         if (pos != 0) return pi_set_error(PI_ERR_ARG, "pi_decode: an encoder takes its whole input from position 0");
         return pi_encode(c, tokens, n_tokens);
     }
-    c->n_past = pos;
+    c->seq_len[0] = pos;
     c->capture_base = pos;
     for (int32_t done = 0; done < n_tokens;) {
         int n = n_tokens - done < (int32_t)c->n_batch ? n_tokens - done : (int32_t)c->n_batch;
+        c->segs[0] = (pi_segment){ 0, n, 0, pos + done };
+        c->n_segs = 1;
         int rc = pi_forward(c, tokens + done, n, chunk_outputs(c, n_tokens, n_logits, done, n));
         if (rc) return rc;
         done += n;
@@ -188,7 +200,7 @@ static void copy_cache(pi_context *c, uint8_t *blob, int32_t n_past, int save) {
     }
 }
 
-PI_API uint64_t pi_context_state_size(const pi_context *c) { return c ? state_bytes(c, c->n_past) : 0; }
+PI_API uint64_t pi_context_state_size(const pi_context *c) { return c ? state_bytes(c, c->seq_len[0]) : 0; }
 
 /* the cache of a layer whose attention runs on the device is in device memory, which the blob
  * does not cover */
@@ -204,15 +216,16 @@ static int refuse_offloaded_state(const pi_context *c) {
 PI_API int pi_context_get_state(const pi_context *c, uint8_t *dst, uint64_t size) {
     if (!c || !dst) return pi_set_error(PI_ERR_ARG, "pi_context_get_state: NULL argument");
     if (refuse_offloaded_state(c)) return PI_ERR_UNSUPPORTED;
-    if (size < state_bytes(c, c->n_past))
+    const int32_t n_past = c->seq_len[0];
+    if (size < state_bytes(c, n_past))
         return pi_set_error(PI_ERR_ARG, "state buffer of %llu bytes is smaller than the %zu needed",
-                            (unsigned long long)size, state_bytes(c, c->n_past));
+                            (unsigned long long)size, state_bytes(c, n_past));
     const pi_model *m = c->model;
     const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
-    state_header h = { { 'P', 'I', 'S', 'T' }, STATE_VERSION, m->info.n_layer, (int32_t)kv_dim, m->info.n_embd, c->n_past,
+    state_header h = { { 'P', 'I', 'S', 'T' }, STATE_VERSION, m->info.n_layer, (int32_t)kv_dim, m->info.n_embd, n_past,
                        c->params.type_k, c->params.type_v };
     memcpy(dst, &h, sizeof h);
-    copy_cache((pi_context *)c, dst, c->n_past, 1); /* reads the caches only */
+    copy_cache((pi_context *)c, dst, n_past, 1); /* reads the caches only */
     return PI_OK;
 }
 
@@ -234,12 +247,13 @@ PI_API int pi_context_set_state(pi_context *c, const uint8_t *src, uint64_t size
     if (h.n_layer != m->info.n_layer || h.kv_dim != (int32_t)kv_dim || h.n_embd != m->info.n_embd)
         return pi_set_error(PI_ERR_FORMAT, "the state is of another model (%d layers, kv %d, n_embd %d)", h.n_layer,
                             h.kv_dim, h.n_embd);
-    if (h.n_past < 0 || (uint32_t)h.n_past > c->n_ctx)
-        return pi_set_error(PI_ERR_CONTEXT, "the state holds %d positions, more than n_ctx %u", h.n_past, c->n_ctx);
+    if (h.n_past < 0 || (uint32_t)h.n_past > c->seq_ctx)
+        return pi_set_error(PI_ERR_CONTEXT, "the state holds %d positions, more than the %u of a sequence (n_ctx / "
+                            "n_seq_max)", h.n_past, c->seq_ctx);
     if (size != state_bytes(c, h.n_past))
         return pi_set_error(PI_ERR_FORMAT, "state of %llu bytes, expected %zu for %d positions",
                             (unsigned long long)size, state_bytes(c, h.n_past), h.n_past);
     copy_cache(c, (uint8_t *)src, h.n_past, 0); /* reads the blob only */
-    c->n_past = h.n_past;
+    c->seq_len[0] = h.n_past;
     return PI_OK;
 }

@@ -103,9 +103,12 @@ int pi_encode(pi_context *c, const int32_t *tokens, int n) {
         c->kern.dequant[m->token_embd.type](m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, xt, d);
         if (m->token_type_embd) c->vec.axpy(1.0f, m->token_type_embd, xt, d);
     }
-    if (m->position_embd.data) pi_add_positions(c, 0, n);
+    c->segs[0] = (pi_segment){ 0, n, 0, 0 };
+    c->n_segs = 1;
+    pi_step_positions(c);
+    if (m->position_embd.data) pi_add_positions(c, n);
     pi_norm(c, c->x, m->embd_norm, m->embd_norm_b, c->x, n);
-    pi_rope_table(c, 0, n);
+    pi_rope_table(c, n);
 
     for (int il = 0; il < m->info.n_layer; il++) {
         const pi_layer *L = &m->layers[il];
@@ -116,7 +119,7 @@ int pi_encode(pi_context *c, const int32_t *tokens, int n) {
         pi_norm(c, c->x, L->ffn_norm, L->ffn_norm_b, c->x, n);
     }
     memcpy(c->embd, c->x, (size_t)n * d * sizeof(float));
-    c->n_past = n;
+    c->seq_len[0] = n;
     c->stats.tokens += n;
     return PI_OK;
 }

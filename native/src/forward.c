@@ -16,7 +16,7 @@
 
 /* copy n rows of `dim` floats into layer `il` of a capture buffer, at the step's token offset */
 static void capture(const pi_context *c, float *buf, const float *rows, int il, int n, int dim) {
-    const int first = c->n_past - c->capture_base;
+    const int first = c->tok_pos[0] - c->capture_base; /* one sequence: pi_decode's */
     for (int t = 0; t < n && first + t < c->capture_max; t++)
         memcpy(buf + ((size_t)il * c->capture_max + (size_t)(first + t)) * dim, rows + (size_t)t * dim,
                (size_t)dim * sizeof(float));
@@ -88,11 +88,11 @@ void pi_ffn_residual(const pi_context *c, int il, float *x, float *delta, int n)
 }
 
 /* pi_context_new keeps every position of the context inside the table */
-void pi_add_positions(pi_context *c, int pos0, int n) {
+void pi_add_positions(pi_context *c, int n) {
     const pi_weight *w = &c->model->position_embd;
     const int d = c->model->info.n_embd;
     for (int t = 0; t < n; t++) {
-        const size_t row = (size_t)(pos0 + t + c->model->position_offset);
+        const size_t row = (size_t)(c->tok_pos[t] + c->model->position_offset);
         c->kern.dequant[w->type](w->data + row * w->row_bytes, c->xn, d);
         c->vec.axpy(1.0f, c->xn, c->x + (size_t)t * d, d);
     }
@@ -101,7 +101,7 @@ void pi_add_positions(pi_context *c, int pos0, int n) {
 /* x += attention_output(attention(norm(x))): q, k, v from the normed stream, rotated, k and v
  * appended to the cache; the parallel block's FFN (falcon) runs in the middle, while x is still
  * the layer's input */
-int pi_attention_block(pi_context *c, int il, int n, int pos0) {
+int pi_attention_block(pi_context *c, int il, int n) {
     const pi_model *m = c->model;
     const pi_layer *L = &m->layers[il];
     const pi_model_info *h = &m->info;
@@ -122,10 +122,10 @@ int pi_attention_block(pi_context *c, int il, int n, int pos0) {
     if (L->attn_k_norm) pi_rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
     pi_rope(c, c->q, h->n_head, n, L->rope_local);
     pi_rope(c, c->k, h->n_head_kv, n, L->rope_local);
-    pi_kv_store(c, il, pos0, n);
+    pi_kv_store(c, il, n);
     pi_kv_prepare_q(c, n);
 
-    pi_attention(c, il, n, pos0, c->xn);
+    pi_attention(c, il, n, c->xn);
 
     a = pi_quantize(&c->kern, c->xn, c->xq, n, q_dim);
     const pi_mm_target o = { &L->attn_output, c->delta };
@@ -141,7 +141,7 @@ int pi_logits_block(pi_context *c, int n, pi_outputs out) {
     const pi_model *m = c->model;
     const int d = m->info.n_embd, n_out = n - out.first;
     const float *normed = c->out_x;
-    if (c->embd) normed = c->embd + (size_t)(c->n_past + out.first) * d; /* the embeddings are these rows */
+    if (c->embd) normed = c->embd + (size_t)c->tok_pos[out.first] * d; /* the embeddings are these rows */
     else pi_norm(c, c->x + (size_t)out.first * d, m->output_norm, m->output_norm_b, c->out_x, n_out);
     pi_act a = pi_quantize(&c->kern, normed, c->out_q, n_out, d);
     const pi_mm_target target = { &m->output, out.rows };
@@ -159,11 +159,12 @@ static void final_softcap(pi_context *c, int n, pi_outputs out) {
 
 /* ---- where each step runs (router.h moves the stream to it) ---- */
 
-static int attention_step(pi_context *c, int il, int n, int pos0) {
+static int attention_step(pi_context *c, int il, int n) {
     c->step_bytes += (int64_t)n * (int64_t)pi_attention_bytes(&c->model->layers[il]);
-    if (c->on_device && c->on_device[il].attention) return pi_device_attention(c, il, n, pos0);
+    /* a device holds one sequence (pi_context_new): the step's positions are tok_pos[0].. */
+    if (c->on_device && c->on_device[il].attention) return pi_device_attention(c, il, n, c->tok_pos[0]);
     const int rc = pi_x_to_host(c, n);
-    return rc ? rc : pi_attention_block(c, il, n, pos0);
+    return rc ? rc : pi_attention_block(c, il, n);
 }
 
 static int ffn_step(pi_context *c, int il, int n) {
@@ -182,12 +183,31 @@ static int logits_step(pi_context *c, int n, pi_outputs out) {
     return rc ? rc : pi_logits_block(c, n, out);
 }
 
+/* the rows of the picked tokens moved to the front of x, in order (pick is ascending, so no
+ * row is overwritten before it is moved): the logits then read tokens [0, n_pick) */
+static pi_outputs gather_picked(pi_context *c, pi_outputs out) {
+    const size_t d = (size_t)c->model->info.n_embd;
+    for (int i = 0; i < out.n_pick; i++)
+        if (out.pick[i] != i) memcpy(c->x + i * d, c->x + (size_t)out.pick[i] * d, d * sizeof(float));
+    return (pi_outputs){ 0, out.rows, NULL, 0 };
+}
+
 /* ---- the forward pass ---- */
+
+void pi_step_positions(pi_context *c) {
+    for (int i = 0; i < c->n_segs; i++) {
+        const pi_segment *s = &c->segs[i];
+        for (int t = 0; t < s->n; t++) {
+            c->tok_pos[s->first + t] = s->pos0 + t;
+            c->tok_row0[s->first + t] = (int32_t)((uint32_t)s->seq * c->seq_ctx);
+        }
+    }
+}
 
 int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;
-    const int d = h->n_embd, n_ff = h->n_ff, pos0 = c->n_past;
+    const int d = h->n_embd, n_ff = h->n_ff;
     int rc;
 
     /* x[t] = token_embd[tokens[t]], on the host */
@@ -200,23 +220,30 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
     if (c->adapter) pi_lora_embed(c, tokens, n);
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
-    if (m->position_embd.data) pi_add_positions(c, pos0, n);
-    pi_rope_table(c, pos0, n);
+    pi_step_positions(c);
+    if (m->position_embd.data) pi_add_positions(c, n);
+    pi_rope_table(c, n);
 
     /* each layer's attention and FFN, where the context placed them */
     for (int il = 0; il < h->n_layer; il++)
-        if ((rc = attention_step(c, il, n, pos0)) || (rc = ffn_step(c, il, n))) return rc;
+        if ((rc = attention_step(c, il, n)) || (rc = ffn_step(c, il, n))) return rc;
 
-    /* embeddings: every position's final normed hidden state */
+    /* embeddings: every position's final normed hidden state (one sequence) */
     if (c->embd) {
         if ((rc = pi_x_to_host(c, n))) return rc;
-        pi_norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)pos0 * d, n);
+        pi_norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)c->tok_pos[0] * d, n);
     }
-    if (out.first < n) {
-        if ((rc = logits_step(c, n, out))) return rc;
-        if (m->final_softcap > 0.0f) final_softcap(c, n, out);
+    int n_out = n; /* the tokens the logits step sees */
+    if (out.pick) {
+        if ((rc = pi_x_to_host(c, n))) return rc;
+        n_out = out.n_pick;
+        out = gather_picked(c, out);
     }
-    c->n_past = pos0 + n;
+    if (out.first < n_out) {
+        if ((rc = logits_step(c, n_out, out))) return rc;
+        if (m->final_softcap > 0.0f) final_softcap(c, n_out, out);
+    }
+    for (int i = 0; i < c->n_segs; i++) c->seq_len[c->segs[i].seq] = c->segs[i].pos0 + c->segs[i].n;
     c->stats.tokens += n;
     c->stats.ffn_rows_dense += (int64_t)n * n_ff * h->n_layer;
     if (n == 1) { /* a generated token: what the sparse ceiling is measured on */

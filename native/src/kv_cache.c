@@ -88,13 +88,17 @@ static void store_rows(const pi_context *c, int32_t type, const float *x, uint8_
     }
 }
 
-void pi_kv_store(pi_context *c, int il, int pos0, int n) {
+void pi_kv_store(pi_context *c, int il, int n) {
     const size_t kv_dim = (size_t)c->model->info.n_head_kv * c->model->head_dim;
-    const size_t row = (size_t)il * c->n_ctx + (size_t)pos0; /* the n rows are contiguous */
     rotate(c->k, (size_t)n * kv_dim, rotation(c, c->params.type_k, 1)); /* c->k and c->v are not read again */
     rotate(c->v, (size_t)n * kv_dim, rotation(c, c->params.type_v, 0));
-    store_rows(c, c->params.type_k, c->k, c->k_cache + row * c->k_row, (size_t)n * kv_dim);
-    store_rows(c, c->params.type_v, c->v, c->v_cache + row * c->v_row, (size_t)n * kv_dim);
+    for (int i = 0; i < c->n_segs; i++) { /* a segment's rows are contiguous */
+        const pi_segment *s = &c->segs[i];
+        const size_t row = (size_t)il * c->n_ctx + (size_t)s->seq * c->seq_ctx + (size_t)s->pos0;
+        const size_t at = (size_t)s->first * kv_dim, count = (size_t)s->n * kv_dim;
+        store_rows(c, c->params.type_k, c->k + at, c->k_cache + row * c->k_row, count);
+        store_rows(c, c->params.type_v, c->v + at, c->v_cache + row * c->v_row, count);
+    }
 }
 
 void pi_kv_prepare_q(pi_context *c, int n) {

@@ -13,8 +13,9 @@ static inline size_t pi_kv_row_bytes(int32_t type, size_t kv_dim) {
     return kv_dim / (size_t)pi_type_block_size((uint32_t)type) * pi_type_block_bytes((uint32_t)type);
 }
 
-/* Rows pos0 .. pos0+n-1 of layer il from c->k and c->v (float, [n][kv_dim]) into the caches. */
-void pi_kv_store(pi_context *c, int il, int pos0, int n);
+/* The step's n keys and values (c->k, c->v: float, [n][kv_dim]) into layer il's rows of their
+ * sequences' positions (c->segs). */
+void pi_kv_store(pi_context *c, int il, int n);
 
 /* q of n tokens ([n][q_dim] in c->q) in the form the keys are dotted with: rounded to f16 for f16
  * keys, else q8_0 blocks in c->xq.q, which is free between the q/k/v and the output matmuls. */

@@ -107,7 +107,7 @@ void pi_lora_embed(pi_context *c, const int32_t *tokens, int n) {
 
 typedef struct {
     pi_context *c;
-    int layer, n, pos0, local;
+    int layer, n, local;
     float *out; /* [n][q_dim] */
 } attn_task;
 
@@ -124,10 +124,10 @@ static void attn_worker(void *arg, int ith, int nth) {
     const size_t k_head = pi_kv_row_bytes(c->params.type_k, (size_t)hd), v_head = pi_kv_row_bytes(c->params.type_v, (size_t)hd);
     float *att = c->att + (size_t)ith * c->n_ctx;
     for (int item = ith; item < a->n * n_head; item += nth) {
-        const int t = item / n_head, h = item % n_head, n_kv = a->pos0 + t + 1; /* causal: keys 0..pos */
+        const int t = item / n_head, h = item % n_head, n_kv = c->tok_pos[t] + 1; /* causal: keys 0..pos */
         /* a local layer sees only the last swa_window positions */
-        const int first = a->local && n_kv > m->swa_window ? n_kv - m->swa_window : 0;
-        const int n = n_kv - first;
+        const int first = c->tok_row0[t] + (a->local && n_kv > m->swa_window ? n_kv - m->swa_window : 0);
+        const int n = c->tok_row0[t] + n_kv - first;
         pi_kv_scores(c, t, h, k_layer + (size_t)(h / group) * k_head + (size_t)first * c->k_row, n, scale, att);
         float max = -INFINITY;
         for (int p = 0; p < n; p++) {
@@ -140,8 +140,8 @@ static void attn_worker(void *arg, int ith, int nth) {
     }
 }
 
-void pi_attention(pi_context *c, int il, int n, int pos0, float *out) {
-    attn_task a = { c, il, n, pos0, c->model->layers[il].local, out };
+void pi_attention(pi_context *c, int il, int n, float *out) {
+    attn_task a = { c, il, n, c->model->layers[il].local, out };
     pi_threadpool_run(c->pool, attn_worker, &a, n > 1 ? c->params.n_threads_batch : c->params.n_threads);
 }
 
@@ -202,12 +202,12 @@ pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int 
 
 /* cos/sin of every rotated pair for each token of the step, shared by all layers; a second
  * table for the local layers' base when the model has them */
-void pi_rope_table(pi_context *c, int pos0, int n) {
+void pi_rope_table(pi_context *c, int n) {
     const int half = c->model->info.n_rot / 2, tables = c->model->rope_base_local > 0.0f ? 2 : 1;
     for (int k = 0; k < tables; k++)
         for (int t = 0; t < n; t++)
             for (int i = 0; i < half; i++) {
-                const float theta = (float)(pos0 + t) * c->inv_freq[k * half + i];
+                const float theta = (float)c->tok_pos[t] * c->inv_freq[k * half + i];
                 float *cs = c->rope_cs + (((size_t)k * c->n_batch + t) * half + i) * 2;
                 cs[0] = cosf(theta);
                 cs[1] = sinf(theta);

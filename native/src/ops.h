@@ -15,9 +15,9 @@ typedef struct {
 void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets);
 /* x[t] += the adapter's embedding term for tokens[t], where it adapts token_embd */
 void pi_lora_embed(pi_context *c, const int32_t *tokens, int n);
-/* out[t][head] = softmax(q k^T / sqrt(hd)) v over the cached positions of layer il, for the n
- * tokens at pos0.. (c->q, the caches), on the thread pool. */
-void pi_attention(pi_context *c, int il, int n, int pos0, float *out);
+/* out[t][head] = softmax(q k^T / sqrt(hd)) v over layer il's cached positions 0..tok_pos[t] of
+ * each token's sequence (c->q, the caches), on the thread pool. */
+void pi_attention(pi_context *c, int il, int n, float *out);
 /* y = sum_j a[j] * row j of a weight stored one neuron per row (ffn_down_t), on the thread pool;
  * each thread a fixed share, so the sum is the same from run to run. */
 void pi_down_by_rows(pi_context *c, const pi_weight *w, const float *a, int n, float *y);
@@ -31,8 +31,9 @@ void pi_norm(const pi_context *c, const float *x, const float *w, const float *b
 pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int n, int d);
 /* g = act(g, u) over count values (g = act(g) for an FFN without a gate), the model's activation */
 void pi_activate(const pi_context *c, float *g, const float *u, size_t count);
-/* the step's cos/sin table, then rotation of n tokens of n_heads heads (local: the second base) */
-void pi_rope_table(pi_context *c, int pos0, int n);
+/* the step's cos/sin table (at tok_pos), then rotation of n tokens of n_heads heads (local: the
+ * second base) */
+void pi_rope_table(pi_context *c, int n);
 void pi_rope(const pi_context *c, float *x, int n_heads, int n, int local);
 void pi_round_to_f16(float *x, int n);
 

@@ -47,29 +47,31 @@ static int host_x_out(pi_device *d, float *x, int n) {
 enum { STEP_ATTENTION, STEP_FFN, STEP_LOGITS };
 
 /* the host's copy of the stream is out of date meanwhile, and nothing reads it */
-static int on_copy(host_device *dev, int step, int il, int n, int pos0, pi_outputs out) {
+static int on_copy(host_device *dev, int step, int il, int n, pi_outputs out) {
     pi_context *c = dev->c;
     float *host = c->x;
     c->x = dev->x;
-    const int rc = step == STEP_ATTENTION ? pi_attention_block(c, il, n, pos0)
+    const int rc = step == STEP_ATTENTION ? pi_attention_block(c, il, n)
                  : step == STEP_FFN       ? pi_ffn_block(c, il, n)
                                           : pi_logits_block(c, n, out);
     c->x = host;
     return rc;
 }
 
-static const pi_outputs NO_OUTPUTS = { 0, NULL };
+static const pi_outputs NO_OUTPUTS = { 0, NULL, NULL, 0 };
 
+/* the CPU's block reads the step's positions from the context (tok_pos), pos0's first */
 static int host_attention(pi_device *d, int il, int n, int pos0) {
-    return on_copy((host_device *)d, STEP_ATTENTION, il, n, pos0, NO_OUTPUTS);
+    (void)pos0;
+    return on_copy((host_device *)d, STEP_ATTENTION, il, n, NO_OUTPUTS);
 }
 
-static int host_ffn(pi_device *d, int il, int n) { return on_copy((host_device *)d, STEP_FFN, il, n, 0, NO_OUTPUTS); }
+static int host_ffn(pi_device *d, int il, int n) { return on_copy((host_device *)d, STEP_FFN, il, n, NO_OUTPUTS); }
 
 static int host_logits(pi_device *d, int n, pi_outputs out) {
     host_device *dev = (host_device *)d;
     count(dev->c, 1, 1); /* the logits come back */
-    return on_copy(dev, STEP_LOGITS, 0, n, 0, out);
+    return on_copy(dev, STEP_LOGITS, 0, n, out);
 }
 
 /* ---- the split ---- */
