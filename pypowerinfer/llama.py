@@ -170,6 +170,8 @@ class Llama:
                 n_gpu_layers, vram_budget = 0, None
         self._ctx, self.placement = open_context(self._model, options, n_gpu_layers=n_gpu_layers,
                                                  vram_budget=vram_budget, hybrid_device=hybrid_device)
+        self._context_options = options  # what a BatchEngine's context of many sequences shares
+        self._n_gpu_layers = n_gpu_layers
         if self._adapter is not None:
             self._ctx.set_adapter(self._adapter, lora_scale)
             log_info(f"pypowerinfer: LoRA adapter {os.path.basename(lora_path)}: {self._adapter.n_pairs} weights, "
@@ -486,15 +488,22 @@ class Llama:
             stops=[s.encode("utf-8") for s in stops], stream=stream, echo=echo, logprobs=logprobs,
             suffix=suffix, model_name=model if model is not None else self.model_path,
         )
-        generate = functools.partial(self._generate, params=params, reset=True, logits_processor=logits_processor,
-                                     stopping_criteria=stopping_criteria, grammar=grammar)
-        chunks = self._exclusive(req, seed, generate)
+        chunks = self._run(req, seed, params, logits_processor, stopping_criteria, grammar)
         if stream:
             return chunks
         try:
             return next(chunks)
         finally:
             chunks.close()
+
+    def _run(self, req: CompletionRequest, seed: Optional[int], params: SamplingParams,
+             logits_processor: Optional[LogitsProcessorList], stopping_criteria: Optional[StoppingCriteriaList],
+             grammar) -> Iterator[dict]:
+        """The completion's chunks, generated on this Llama's one sequence (BatchEngine runs
+        them among others instead)."""
+        generate = functools.partial(self._generate, params=params, reset=True, logits_processor=logits_processor,
+                                     stopping_criteria=stopping_criteria, grammar=grammar)
+        return self._exclusive(req, seed, generate)
 
     def _exclusive(self, req: CompletionRequest, seed: Optional[int],
                    generate: Callable[[List[int]], Iterator[int]]) -> Iterator[dict]:

@@ -225,37 +225,57 @@ class _AheadOfClient:
 
 
 class _Served:
-    """The model (None while it loads), the lock that queues requests to it, and the metrics."""
+    """The model (None while it loads), with `parallel` > 1 the BatchEngine that runs that many
+    requests at once, the slots that queue requests to them, and the metrics."""
 
-    def __init__(self, llm, name: str, max_queue: int):
-        self.llm, self.name, self.max_queue = llm, name, max_queue
-        self.lock = asyncio.Lock()
+    def __init__(self, llm, name: str, max_queue: int, parallel: int = 1):
+        self.name, self.max_queue, self.parallel = name, max_queue, parallel
+        self.llm = self.engine = None
+        self.slots = asyncio.Semaphore(parallel)  # a request holds one from its start to its last chunk
+        self.exclusive = asyncio.Lock()  # the Llama's own context (embeddings) beside the engine's
         self.waiting = 0
+        self.active = 0  # requests holding a slot
         self.metrics = ServerMetrics()
+        if llm is not None:
+            self.attach(llm)
+
+    def attach(self, llm) -> None:
+        """Serve `llm` (the loader's thread calls this when it is ready)."""
+        from .batching import BatchEngine
+
+        self.engine = BatchEngine(llm, self.parallel) if self.parallel > 1 else None
+        self.llm = llm
 
     def model(self):
         if self.llm is None:
             raise APIError(503, "the model is loading", "server_error", "model_loading", retry_after=5)
         return self.llm
 
+    def completer(self):
+        """What runs completions: the engine, or the Llama one request at a time."""
+        llm = self.model()
+        return self.engine if self.engine is not None else llm
+
     async def acquire(self) -> None:
-        """Wait for the model; a 503 with Retry-After when max_queue requests wait already."""
+        """Wait for a slot; a 503 with Retry-After when max_queue requests wait already."""
         self.model()
-        if self.lock.locked() and self.waiting >= self.max_queue:
+        if self.slots.locked() and self.waiting >= self.max_queue:
             raise APIError(503, f"the server is busy: {self.waiting} requests are waiting", "server_error",
                            "queue_full", retry_after=1)
         self.waiting += 1
         self.metrics.queue.set(self.waiting)
         try:
-            await self.lock.acquire()
+            await self.slots.acquire()
         finally:
             self.waiting -= 1
             self.metrics.queue.set(self.waiting)
-        self.metrics.busy.set(1)
+        self.active += 1
+        self.metrics.busy.set(self.active)
 
     def release(self) -> None:
-        self.metrics.busy.set(0)
-        self.lock.release()
+        self.active -= 1
+        self.metrics.busy.set(self.active)
+        self.slots.release()
 
     async def run(self, fn, *args, **kwargs):
         await self.acquire()
@@ -311,12 +331,15 @@ class _Served:
 
 
 def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] = None,
-               max_queue: int = 64) -> FastAPI:
-    """The app over a pypowerinfer.Llama (built with embedding=True for /v1/embeddings); with
-    llm None it answers 503 until app.state.served.llm is set (the model loading meanwhile)."""
+               max_queue: int = 64, parallel: int = 1) -> FastAPI:
+    """The app over a pypowerinfer.Llama (built with embedding=True for /v1/embeddings), serving
+    `parallel` completions at once (continuous batching, batching.BatchEngine) or one at a time;
+    with llm None it answers 503 until app.state.served.attach(llm) (the model loading meanwhile)."""
     if llm is None and model_name is None:
         raise ValueError("create_app(None) needs the model_name its responses carry")
-    served = _Served(llm, model_name or os.path.basename(llm.model_path), max_queue)
+    if not isinstance(parallel, int) or parallel < 1:
+        raise ValueError(f"parallel must be a positive integer, not {parallel!r}")
+    served = _Served(llm, model_name or os.path.basename(llm.model_path), max_queue, parallel)
     app = FastAPI(title="pypowerinfer", version="0.1.0")
     app.state.served = served
     routes = {"/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/extras/tokenize",
@@ -378,9 +401,10 @@ def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] 
                 raise APIError(400, "one prompt per request", param="prompt")
             prompt = prompt[0]
         kwargs = dict(body.sampling(llm), echo=body.echo, logprobs=body.logprobs, suffix=body.suffix, model=served.name)
+        run = served.completer().create_completion
         if body.stream:
-            return await served.stream(request, lambda: llm.create_completion(prompt, **kwargs))
-        return await served.run(llm.create_completion, prompt, **kwargs)
+            return await served.stream(request, lambda: run(prompt, **kwargs))
+        return await served.run(run, prompt, **kwargs)
 
     @app.post("/v1/chat/completions", dependencies=auth)
     async def chat(body: ChatBody, request: Request):
@@ -389,13 +413,15 @@ def create_app(llm, *, model_name: Optional[str] = None, api_key: Optional[str] 
         kwargs = dict(body.sampling(llm), tools=body.tools, tool_choice=body.tool_choice,
                       response_format=body.response_format, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
                       model=served.name)
+        run = served.completer().create_chat_completion
         if body.stream:
-            return await served.stream(request, lambda: llm.create_chat_completion(messages, **kwargs))
-        return await served.run(llm.create_chat_completion, messages, **kwargs)
+            return await served.stream(request, lambda: run(messages, **kwargs))
+        return await served.run(run, messages, **kwargs)
 
     @app.post("/v1/embeddings", dependencies=auth)
     async def embeddings(body: EmbeddingBody):
-        return await served.run(served.model().create_embedding, body.input, model=served.name)
+        async with served.exclusive:
+            return await served.run(served.model().create_embedding, body.input, model=served.name)
 
     @app.post("/extras/tokenize", dependencies=auth)
     async def tokenize(body: TokenizeBody):
@@ -446,7 +472,7 @@ def parse_args(argv=None):
     ap.add_argument("--max-queue", type=int, default=int(_env("max_queue", 64)),
                     help="requests that may wait for the model; beyond them a 503 with Retry-After")
     ap.add_argument("--parallel", type=int, default=int(_env("parallel", 1)),
-                    help="sequences computed at once (only 1 until continuous batching exists)")
+                    help="requests computed at once, sharing --n-ctx (continuous batching); 1: one at a time")
     return ap.parse_args(argv)
 
 
@@ -454,9 +480,11 @@ def _check(args) -> Optional[str]:
     """What is wrong with the options, before anything loads."""
     if args.parallel < 1:
         return f"--parallel must be at least 1, not {args.parallel}"
-    if args.parallel > 1:
-        return (f"--parallel {args.parallel}: continuous batching is not implemented yet; requests are served one "
-                "at a time (--parallel 1)")
+    if args.parallel > 1 and (args.vram_budget or args.n_gpu_layers):
+        return (f"--parallel {args.parallel} runs its sequences on the CPU: --vram-budget and --n-gpu-layers with "
+                "more than one are not supported yet")
+    if args.parallel > args.n_ctx:
+        return f"--parallel {args.parallel} is more than --n-ctx {args.n_ctx}: each sequence needs positions"
     if args.max_queue < 0:
         return f"--max-queue must be 0 or more, not {args.max_queue}"
     return None
@@ -477,18 +505,18 @@ def main(argv=None) -> int:
         return 1
     model = args.model or str(default_model_path())
     app = create_app(None, model_name=args.model_alias or os.path.basename(model), api_key=args.api_key,
-                     max_queue=args.max_queue)
+                     max_queue=args.max_queue, parallel=args.parallel)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port))
     failed: List[Exception] = []
 
     def load():
         try:
-            app.state.served.llm = Llama(
+            app.state.served.attach(Llama(
                 model, n_ctx=args.n_ctx, n_threads=args.n_threads, chat_format=args.chat_format, embedding=True,
                 sparse=False if args.no_sparse else None,  # None: as the file decided
                 sparse_threshold_shift=args.sparse_shift, vram_budget=args.vram_budget,
                 n_gpu_layers=args.n_gpu_layers, lora_path=args.lora_path, lora_scale=args.lora_scale,
-                type_k=args.type_k, type_v=args.type_v, verbose=False)
+                type_k=args.type_k, type_v=args.type_v, verbose=False))
         except Exception as exc:  # noqa: BLE001 - whatever stops the load stops the server, with its message
             failed.append(exc)
             server.should_exit = True

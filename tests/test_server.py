@@ -1,4 +1,5 @@
-"""The server on loopback, driven by the real `openai` client."""
+"""The server on loopback, driven by the real `openai` client: serving one request at a time, and
+four at once (--parallel 4, continuous batching), which must look the same to a client."""
 from __future__ import annotations
 
 import time
@@ -16,10 +17,14 @@ from serving import serve  # noqa: E402
 KEY = "sk-test-key"
 
 
-@pytest.fixture(scope="module")
-def app(smollm2_path):
-    llm = Llama(str(smollm2_path), n_ctx=512, n_threads=2, embedding=True, verbose=False)
-    yield create_app(llm, model_name="smollm2", api_key=KEY)
+@pytest.fixture(scope="module", params=[1, 4], ids=["serial", "parallel4"])
+def app(smollm2_path, request):
+    parallel = request.param
+    llm = Llama(str(smollm2_path), n_ctx=512 * (1 + (parallel > 1)), n_threads=2, embedding=True, verbose=False)
+    app = create_app(llm, model_name="smollm2", api_key=KEY, parallel=parallel)
+    yield app
+    if app.state.served.engine is not None:
+        app.state.served.engine.close()
     llm.close()
 
 
@@ -162,6 +167,8 @@ def test_a_client_that_leaves_mid_stream_frees_the_model(app, base_url, client):
     import httpx
 
     served = app.state.served
+    engine = served.engine
+    before = engine.step_tokens if engine is not None else 0
     body = {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0.0, "stream": True}
     with httpx.stream("POST", base_url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"},
                       timeout=30) as r:
@@ -169,9 +176,13 @@ def test_a_client_that_leaves_mid_stream_frees_the_model(app, base_url, client):
             if line.startswith("data:"):
                 break  # one chunk, then hang up
     deadline = time.time() + 30
-    while served.lock.locked() and time.time() < deadline:
+    while (served.active or (engine is not None and engine.busy_slots())) and time.time() < deadline:
         time.sleep(0.01)
-    assert not served.lock.locked()
-    assert served.llm.n_tokens < 100  # the generation stopped with the client, long before 400 tokens
+    assert served.active == 0
+    # the generation stopped with the client, long before 400 tokens
+    if engine is not None:
+        assert engine.busy_slots() == 0 and engine.step_tokens - before < 100
+    else:
+        assert served.llm.n_tokens < 100
     out = client.completions.create(model="smollm2", prompt="Hi", max_tokens=2, temperature=0.0)
     assert out.choices[0].text is not None

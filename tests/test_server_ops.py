@@ -39,7 +39,7 @@ def test_health_is_503_while_the_model_loads_then_200(llm):
         busy = httpx.post(url + "/v1/completions", json={"prompt": "Hi"})
         assert busy.status_code == 503 and busy.json()["error"]["code"] == "model_loading"
         assert busy.headers["retry-after"] == "5"
-        app.state.served.llm = llm
+        app.state.served.attach(llm)
         assert httpx.get(url + "/health").json() == {"status": "ok"}
     finally:
         stop()
@@ -89,7 +89,8 @@ def test_a_full_queue_answers_503_with_retry_after(llm):
 
 
 @pytest.mark.parametrize("argv, message", [(["--parallel", "0"], "at least 1"), (["--parallel", "-2"], "at least 1"),
-                                           (["--parallel", "4"], "not implemented yet"),
+                                           (["--parallel", "4", "--n-gpu-layers", "2"], "on the CPU"),
+                                           (["--parallel", "4", "--n-ctx", "2"], "more than --n-ctx"),
                                            (["--max-queue", "-1"], "--max-queue")])
 def test_bad_options_are_refused_at_start(argv, message, capsys):
     assert main(argv) == 1
