@@ -9,8 +9,8 @@
 - axpy_rows: y + sum_j a[j] * row(rows[j]) in float64 on gguf's dequantized rows; the rows of a
   zero a[j], and the rows no one asks for, hold NaN weights, so reading one fails the test.
 
-Row counts and token counts are odd on purpose (tiles are 4 rows by 4 or 2 tokens, the rest
-goes one at a time), n = 32 and 96 give one and three blocks (the SIMD kernels work on block
+Row counts and token counts are odd on purpose (tiles are 4 rows by 4 or 2 tokens, leftover
+rows go one at a time and leftover tokens in one narrower tile), n = 32 and 96 give one and three blocks (the SIMD kernels work on block
 pairs and hand an odd block to the reference), and float rows of 1, 7, 33 and 577 weights end
 in partial vectors.
 """
@@ -29,7 +29,7 @@ FLOAT_TYPES = ["F32", "F16", "BF16"]
 BLOCK_NS = [32, 96, 576, 1536]
 FLOAT_NS = [1, 7, 33, 577]
 ROWS = [1, 3, 37]
-NTS = [1, 3, 8]
+NTS = [1, 2, 3, 7, 8]
 
 # Error bound for a dot product, as a share of sum(|w * x|): float32 rounding of per-block
 # scales and of the sums, far below one step of the 8-bit activation (1/127 of a block).

@@ -110,6 +110,16 @@ INLINE void tile(int type, int R, int T, const uint8_t *const *rows, const uintp
     else tile_blocks(type, R, T, rows, ahead, x, t0, Y, y_stride);
 }
 
+/* tile() with the token count T (1 <= T <= TT) a constant in each call, so each shape compiles
+ * to its own loops: a batch's last tokens take one narrower tile rather than one tile each */
+INLINE void tile_tokens(int type, int R, int TT, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
+                        int t0, float *Y, int y_stride) {
+    if (T == 4 && TT >= 4) tile(type, R, 4, rows, ahead, x, t0, Y, y_stride);
+    else if (T == 3 && TT >= 3) tile(type, R, 3, rows, ahead, x, t0, Y, y_stride);
+    else if (T == 2 && TT >= 2) tile(type, R, 2, rows, ahead, x, t0, Y, y_stride);
+    else tile(type, R, 1, rows, ahead, x, t0, Y, y_stride);
+}
+
 /* Every cache line of the bytes [lo, hi) into L2, at once: the rows a walk's look-ahead does not
  * reach at its start. */
 INLINE void prefetch_span(uintptr_t lo, uintptr_t hi) {
@@ -117,7 +127,8 @@ INLINE void prefetch_span(uintptr_t lo, uintptr_t hi) {
 }
 
 /* A matmul in tiles of TR rows x TT tokens, rows outer and tokens inner, so a tile's rows stay
- * in L1 while every token tile passes over them; leftover rows and tokens go one at a time.
+ * in L1 while every token tile passes over them; leftover rows go one at a time, leftover tokens
+ * in one narrower tile.
  * The first token tile of each row group prefetches rows further on: with several rows read
  * side by side the hardware prefetchers fall behind, and rows picked by idx are not
  * sequential at all. */
@@ -139,13 +150,11 @@ INLINE void walk_tiles(int type, int TR, int TT, const void *W, size_t row_bytes
             own[r] = (uintptr_t)rows[r];
         }
         for (int t = 0; t < nt;) {
-            const int T = nt - t >= TT ? TT : 1;
+            const int T = nt - t >= TT ? TT : nt - t;
             const uintptr_t *pf = t == 0 ? ahead : own; /* later tiles touch their own rows: a no-op */
             float *y = Y + (size_t)t * y_stride + i;
-            if (R == TR && T == TT) tile(type, TR, TT, rows, pf, x, t, y, y_stride);
-            else if (R == TR) tile(type, TR, 1, rows, pf, x, t, y, y_stride);
-            else if (T == TT) tile(type, 1, TT, rows, pf, x, t, y, y_stride);
-            else tile(type, 1, 1, rows, pf, x, t, y, y_stride);
+            if (R == TR) tile_tokens(type, TR, TT, T, rows, pf, x, t, y, y_stride);
+            else tile_tokens(type, 1, TT, T, rows, pf, x, t, y, y_stride);
             t += T;
         }
         i += R;
