@@ -42,7 +42,9 @@ static void mm_worker(void *arg, int ith, int nth) {
     (void)nth;
 }
 
-enum { ROW_CHUNK_BYTES = 256 * 1024 };
+/* ROW_CHUNK_BYTES: a streamed chunk's weights; STREAMED_TOKENS: the most tokens that stream the
+ * weights (measured: bench/batch_decode.py, SmolLM2 and the 1.1B model, 2 threads) */
+enum { ROW_CHUNK_BYTES = 256 * 1024, STREAMED_TOKENS = 8 };
 
 static int decode_chunk_rows(const pi_mm_target *targets, int n_targets, int nth) {
     int rows = 0;
@@ -57,10 +59,13 @@ static int decode_chunk_rows(const pi_mm_target *targets, int n_targets, int nth
 static void matmul_weights(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets) {
     mm_task t = { .kern = &c->kern, .x = x, .nt = nt, .n_targets = n_targets };
     const int nth = nt > 1 ? c->params.n_threads_batch : c->params.n_threads;
-    /* prefill: 64x64 tiles stay in L2. decode: chunks of ~ROW_CHUNK_BYTES, since the kernels'
-     * prefetch restarts with every call, but at least 4 chunks per thread to balance the cores */
-    t.rows_per_chunk = nt > 1 ? 64 : decode_chunk_rows(targets, n_targets, nth);
-    t.toks_per_chunk = 64;
+    /* prefill: 64x64 tiles stay in L2. decode, and the few tokens of a batch of sequences, which
+     * read the weights once as decode does: chunks of ~ROW_CHUNK_BYTES with every token, since
+     * the kernels' prefetch restarts with every call, but at least 4 chunks per thread to
+     * balance the cores */
+    const int streamed = nt <= STREAMED_TOKENS;
+    t.rows_per_chunk = streamed ? decode_chunk_rows(targets, n_targets, nth) : 64;
+    t.toks_per_chunk = streamed ? nt : 64;
     for (int i = 0; i < n_targets; i++) {
         t.targets[i] = targets[i];
         int row_chunks = ((int)targets[i].w->n_out + t.rows_per_chunk - 1) / t.rows_per_chunk;
