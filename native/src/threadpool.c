@@ -2,8 +2,12 @@
  *
  * A decode step runs a few hundred short parallel ops, so waking threads through the kernel
  * each time would cost more than the work: workers spin on a generation counter for a while
- * after each task and only then block on a condition variable. */
+ * after each task and only then block on a condition variable. Every spin yields the core
+ * after a short while: where more threads are runnable than there are cores (a server's other
+ * threads, another process), a spinning thread would otherwise hold the core that the thread
+ * it waits for needs, and each of the step's ops would wait out a scheduler time slice. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -17,7 +21,16 @@
 #define cpu_relax() ((void)0)
 #endif
 
-enum { SPIN_ROUNDS = 200000 }; /* ~ a millisecond of spinning before a worker sleeps */
+enum {
+    SPIN_ROUNDS = 200000, /* ~ a millisecond of spinning before a worker sleeps */
+    YIELD_EVERY = 1024    /* pauses between yields of the core, a few microseconds */
+};
+
+/* one round of a spin: a pause, and now and then the core to whoever else is runnable */
+static void spin_round(int spins) {
+    if (spins % YIELD_EVERY == YIELD_EVERY - 1) sched_yield();
+    else cpu_relax();
+}
 
 typedef struct {
     pi_threadpool *pool;
@@ -48,7 +61,7 @@ static void *worker_main(void *p) {
         int spins = 0;
         while ((gen = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen) {
             if (++spins < SPIN_ROUNDS) {
-                cpu_relax();
+                spin_round(spins);
                 continue;
             }
             pthread_mutex_lock(&pool->lock);
@@ -126,5 +139,5 @@ void pi_threadpool_run(pi_threadpool *pool, pi_task_fn fn, void *arg, int nth) {
         pthread_mutex_unlock(&pool->lock);
     }
     fn(arg, 0, nth);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) cpu_relax();
+    for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) spin_round(spins);
 }
