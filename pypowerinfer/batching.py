@@ -85,6 +85,8 @@ class BatchEngine:
     """Continuous batching of completions over `n_parallel` sequences of one context, on the
     model, tokenizer, chat formats and options of `llm` (see the module's text)."""
 
+    PREFILL_CHUNK = 128  # prompt tokens in a step beside decoding sequences (a 64 x 64 tile's multiple)
+
     def __init__(self, llm: Llama, n_parallel: int = 4, *, n_ctx: Optional[int] = None, ahead: int = 8):
         if not isinstance(n_parallel, int) or n_parallel < 1:
             raise ValueError(f"n_parallel must be a positive integer, not {n_parallel!r}")
@@ -250,13 +252,17 @@ class BatchEngine:
 
     def _plan(self) -> List[Tuple[_Request, int, int]]:
         """(request, first position, tokens) of the next step: every decoding request's token
-        first, then prompt chunks in the budget left."""
+        first, then prompt chunks in the budget left: all of n_batch when no one decodes, else
+        PREFILL_CHUNK, so that a long prompt joining delays the others' next token by a step of
+        that size rather than of its whole length."""
         step, budget = [], self.n_batch
         active = [s for s in self._slots if s is not None and self._wants_step(s)]
         for r in active:
             if r.n_eval == r.n_tokens - 1:
                 step.append((r, r.n_eval, 1))
                 budget -= 1
+        if step:
+            budget = min(budget, self.PREFILL_CHUNK)
         for r in active:
             if r.n_eval < r.n_tokens - 1 and budget > 0:
                 n = min(r.n_tokens - r.n_eval, budget)

@@ -23,20 +23,19 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-# One request computes at a time per replica (the server's queue), so a replica is "busy" with
-# one ongoing request: autoscaling adds replicas to keep about that many per replica.
-TARGET_ONGOING_REQUESTS = 1
-
 # build_app's arguments that configure the deployment rather than the model
-_DEPLOYMENT_KEYS = ("num_replicas", "min_replicas", "max_replicas", "threads_per_replica", "model_name", "max_queue")
+_DEPLOYMENT_KEYS = ("num_replicas", "min_replicas", "max_replicas", "threads_per_replica", "model_name", "max_queue",
+                    "parallel")
 
 
 def deployment(model_path: str, *, num_replicas: Optional[int] = None, min_replicas: int = 1,
                max_replicas: int = 4, threads_per_replica: int = 2, model_name: Optional[str] = None,
-               max_queue: int = 64, **llama_options: Any):
+               max_queue: int = 64, parallel: int = 1, **llama_options: Any):
     """A Serve deployment of the server over `model_path`: num_replicas fixed, or (None)
     autoscaled between min_replicas and max_replicas on ongoing requests. Each replica reserves
-    threads_per_replica CPUs and runs Llama(model_path, n_threads=threads_per_replica, **llama_options)."""
+    threads_per_replica CPUs, runs Llama(model_path, n_threads=threads_per_replica, **llama_options)
+    and computes `parallel` requests at once (the server's --parallel: continuous batching, n_ctx
+    shared). Autoscaling keeps about `parallel` ongoing requests per replica, its slots."""
     from ray import serve
 
     name = model_name or os.path.basename(model_path)
@@ -47,11 +46,11 @@ def deployment(model_path: str, *, num_replicas: Optional[int] = None, min_repli
         from .llama import Llama
         from .server import create_app
 
-        return create_app(Llama(model_path, **options), model_name=name, max_queue=max_queue)
+        return create_app(Llama(model_path, **options), model_name=name, max_queue=max_queue, parallel=parallel)
 
     scaling: Dict[str, Any] = ({"num_replicas": num_replicas} if num_replicas is not None else
                                {"autoscaling_config": {"min_replicas": min_replicas, "max_replicas": max_replicas,
-                                                       "target_ongoing_requests": TARGET_ONGOING_REQUESTS}})
+                                                       "target_ongoing_requests": parallel}})
     return serve.deployment(serve.ingress(build_asgi)(), name="pypowerinfer",
                             ray_actor_options={"num_cpus": threads_per_replica}, **scaling)
 
