@@ -256,6 +256,7 @@ def test_a_closed_stream_frees_its_slot(llm):
         stream = engine.create_completion(PROMPTS[1], max_tokens=200, temperature=0, stream=True)
         next(stream)
         assert engine.busy_slots() == 1
+        threading.Event().wait(0.5)  # the request runs its tokens ahead of the reader, then waits
         stream.close()
         for _ in range(100):
             if engine.busy_slots() == 0:
