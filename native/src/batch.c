@@ -18,13 +18,11 @@ static int check_batch(const pi_context *c, const pi_batch *b) {
     if (!c->model->info.causal || c->params.logits_all || c->embd || c->capture_act)
         return pi_set_error(PI_ERR_UNSUPPORTED, "pi_decode_batch: an encoder, logits_all, embeddings or a profiling "
                             "capture hold one sequence by position: use pi_decode");
+    if (pi_check_tokens(c, b->token, b->n_tokens)) return PI_ERR_ARG;
     uint8_t seen[PI_MAX_SEQ] = { 0 };
     int32_t n_logits = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         const int32_t seq = b->seq[i], pos = b->pos[i];
-        if (b->token[i] < 0 || b->token[i] >= c->model->info.n_vocab)
-            return pi_set_error(PI_ERR_ARG, "token id %d at index %d is outside the vocabulary of %d", b->token[i], i,
-                                c->model->info.n_vocab);
         if (seq < 0 || seq >= c->n_seq) return bad_seq(c, seq, "pi_decode_batch");
         const int starts = i == 0 || b->seq[i - 1] != seq;
         if (starts && seen[seq])

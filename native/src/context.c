@@ -156,7 +156,8 @@ int pi_context_alloc(pi_context *c) {
     c->tok_pos = malloc(c->n_batch * sizeof(int32_t));
     c->tok_row0 = malloc(c->n_batch * sizeof(int32_t));
     c->pick = malloc(c->n_batch * sizeof(int32_t));
-    if (!c->seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick || !c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
+    if (!c->seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick ||
+        !c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
         (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
         !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_bytes ||

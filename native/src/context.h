@@ -120,4 +120,8 @@ typedef struct {
 int pi_context_alloc(pi_context *c);
 void pi_context_release(pi_context *c);
 
+/* PI_ERR_ARG naming the first of tokens[0..n) outside the model's vocabulary (pi_decode's and
+ * pi_decode_batch's check), else PI_OK. */
+int pi_check_tokens(const pi_context *c, const int32_t *tokens, int32_t n);
+
 #endif

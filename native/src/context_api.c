@@ -103,6 +103,15 @@ PI_API uint64_t pi_context_kv_bytes(const pi_context *c) {
     return c ? (uint64_t)c->model->info.n_layer * c->n_ctx * (c->k_row + c->v_row) : 0;
 }
 
+int pi_check_tokens(const pi_context *c, const int32_t *tokens, int32_t n) {
+    const int32_t n_vocab = c->model->info.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return pi_set_error(PI_ERR_ARG, "token id %d at index %d is outside the vocabulary of %d", tokens[i], i,
+                                n_vocab);
+    return PI_OK;
+}
+
 PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int32_t pos) {
     return pi_decode_tail(c, tokens, n_tokens, pos, 1);
 }
@@ -118,11 +127,7 @@ PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens
     if ((int64_t)pos + n_tokens > (int64_t)c->seq_ctx)
         return pi_set_error(PI_ERR_CONTEXT, "Requested tokens (%lld) exceed context window of %u",
                             (long long)pos + n_tokens, c->seq_ctx);
-    const int32_t n_vocab = c->model->info.n_vocab;
-    for (int32_t i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0 || tokens[i] >= n_vocab)
-            return pi_set_error(PI_ERR_ARG, "token id %d at index %d is outside the vocabulary of %d", tokens[i], i,
-                                n_vocab);
+    if (pi_check_tokens(c, tokens, n_tokens)) return PI_ERR_ARG;
     if (!c->model->info.causal) {
         if (pos != 0) return pi_set_error(PI_ERR_ARG, "pi_decode: an encoder takes its whole input from position 0");
         return pi_encode(c, tokens, n_tokens);
@@ -131,8 +136,7 @@ PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens
     c->capture_base = pos;
     for (int32_t done = 0; done < n_tokens;) {
         int n = n_tokens - done < (int32_t)c->n_batch ? n_tokens - done : (int32_t)c->n_batch;
-        c->segs[0] = (pi_segment){ 0, n, 0, pos + done };
-        c->n_segs = 1;
+        pi_one_segment(c, n, pos + done);
         int rc = pi_forward(c, tokens + done, n, chunk_outputs(c, n_tokens, n_logits, done, n));
         if (rc) return rc;
         done += n;

@@ -103,8 +103,7 @@ int pi_encode(pi_context *c, const int32_t *tokens, int n) {
         c->kern.dequant[m->token_embd.type](m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, xt, d);
         if (m->token_type_embd) c->vec.axpy(1.0f, m->token_type_embd, xt, d);
     }
-    c->segs[0] = (pi_segment){ 0, n, 0, 0 };
-    c->n_segs = 1;
+    pi_one_segment(c, n, 0);
     pi_step_positions(c);
     if (m->position_embd.data) pi_add_positions(c, n);
     pi_norm(c, c->x, m->embd_norm, m->embd_norm_b, c->x, n);

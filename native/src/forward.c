@@ -204,6 +204,11 @@ void pi_step_positions(pi_context *c) {
     }
 }
 
+void pi_one_segment(pi_context *c, int n, int pos0) {
+    c->segs[0] = (pi_segment){ 0, n, 0, pos0 };
+    c->n_segs = 1;
+}
+
 int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;

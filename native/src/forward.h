@@ -10,6 +10,8 @@
 int pi_forward(pi_context *ctx, const int32_t *tokens, int n, pi_outputs out);
 /* tok_pos and tok_row0 of the step's n tokens from its segments */
 void pi_step_positions(pi_context *c);
+/* the step as one segment: n tokens of sequence 0 from position pos0 (pi_decode, the encoder) */
+void pi_one_segment(pi_context *c, int n, int pos0);
 
 /* The CPU's blocks on c->x as it stands: x += attention(x), x += FFN(x), and the logits. */
 int pi_attention_block(pi_context *c, int il, int n);
