@@ -30,6 +30,7 @@ from .completion import CompletionRequest, run_completion
 from .llama import Llama
 from .model import NativeContext
 from .sampling import LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList
+from .state import longest_token_prefix
 
 
 class _Request:
@@ -227,22 +228,16 @@ class BatchEngine:
                 continue
             self._place(r)
 
-    def _common(self, slot: int, prompt: np.ndarray) -> int:
-        held = self._slot_tokens[slot][: self._ctx.seq_len(slot)]
-        n = min(len(held), len(prompt))
-        diff = np.flatnonzero(held[:n] != prompt[:n])
-        return int(diff[0]) if len(diff) else n
-
     def _place(self, r: _Request) -> None:
         """A free slot for r, keeping the longest prefix of its prompt any slot holds (at least its
         last prompt token is evaluated again, for its logits)."""
         prompt = r.tokens[: len(r.prompt) - 1]
-        free = [i for i, s in enumerate(self._slots) if s is None]
-        slot = max(free, key=lambda i: self._common(i, prompt))
-        keep = self._common(slot, prompt)
-        source = max(range(self.n_parallel), key=lambda i: self._common(i, prompt))
-        if self._common(source, prompt) > keep:
-            keep = self._common(source, prompt)
+        shared = [longest_token_prefix(held[: self._ctx.seq_len(i)], prompt)
+                  for i, held in enumerate(self._slot_tokens)]
+        slot = max((i for i, s in enumerate(self._slots) if s is None), key=shared.__getitem__)
+        source = max(range(self.n_parallel), key=shared.__getitem__)
+        keep = shared[source]
+        if keep > shared[slot]:
             self._ctx.seq_copy_prefix(source, slot, keep)
         else:
             self._ctx.seq_truncate(slot, keep)

@@ -28,12 +28,10 @@ class LlamaState:
 
 
 def longest_token_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    """How many leading tokens a and b share (lists, tuples or arrays), compared in one numpy pass."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(differ[0]) if len(differ) else n
 
 
 class BaseLlamaCache(ABC):
