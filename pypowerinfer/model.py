@@ -168,12 +168,15 @@ class NativeModel(_Owned):
 
     _what = "model"
 
-    def __init__(self, path: str | os.PathLike, vocab_only: bool = False, ffn_act: str | None = None):
+    def __init__(self, path: str | os.PathLike, vocab_only: bool = False, ffn_act: str | None = None,
+                 repack: bool = True):
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"Model path does not exist: {self.path}")
         params = lib.pi_model_default_params()
         params.vocab_only = int(vocab_only)
+        # repack: the dense matmuls' Q4_0/Q4_1/Q8_0 weights in row groups (the file is not written)
+        params.repack = int(repack)
         if ffn_act is not None:
             codes = {name: code for code, name in ACTIVATIONS.items()}
             if ffn_act not in codes:

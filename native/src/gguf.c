@@ -254,6 +254,8 @@ void gguf_close(gguf_file *f) {
     memset(f, 0, sizeof *f);
 }
 
+int gguf_make_writable(gguf_file *f) { return mprotect(f->map, (size_t)f->size, PROT_READ | PROT_WRITE); }
+
 int gguf_str_eq(gguf_str s, const char *c) { return strlen(c) == s.len && memcmp(s.ptr, c, s.len) == 0; }
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {

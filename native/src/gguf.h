@@ -48,6 +48,9 @@ typedef struct {
 /* Map and parse `path`. On failure *f is left empty (safe to gguf_close). */
 int gguf_open(const char *path, gguf_file *f);
 void gguf_close(gguf_file *f);
+/* Make the private mapping writable: writes then go to the process's own copies of the pages,
+ * never to the file. 0, or -1 (errno set). */
+int gguf_make_writable(gguf_file *f);
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);

@@ -51,6 +51,7 @@ static void view(pi_weight *w, const gguf_tensor *t) {
     w->n_out = t->ne[1];
     w->row_bytes = (size_t)(t->nbytes / (uint64_t)t->ne[1]);
     w->data = t->data;
+    w->grouped = 0; /* an adapter's factors stay as the file has them */
 }
 
 /* Shapes as llama.cpp checks them: A [n_in, rank] and B [rank, n_out]; for the embedding,

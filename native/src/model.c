@@ -57,7 +57,7 @@ static int read_activation(pi_model *m) {
 }
 
 PI_API pi_model_params pi_model_default_params(void) {
-    pi_model_params p = { .vocab_only = 0, .ffn_act = -1 };
+    pi_model_params p = { .vocab_only = 0, .ffn_act = -1, .repack = 1 };
     return p;
 }
 
@@ -210,6 +210,7 @@ static int bind_weight(pi_model *m, pi_weight *w, const char *name, int64_t n_in
     w->n_out = n_out;
     w->row_bytes = (size_t)(t->nbytes / (uint64_t)n_out);
     w->data = t->data;
+    w->grouped = 0; /* the file's row-major layout, until group_weights() */
     return PI_OK;
 }
 
@@ -549,6 +550,53 @@ static int check_activation(const pi_model *m) {
                         ACT_NAMES[m->info.ffn_act], m->arch, gated ? "a" : "no");
 }
 
+/* A weight only the dense matmuls read, in a type with the grouped layout, in whole groups. */
+static int groupable(const pi_weight *w) {
+    return w->data && pi_groups_hold(w->type) && w->n_out % PI_GROUP_ROWS == 0;
+}
+
+enum { LAYER_DENSE = 7 };
+
+/* Weight i of those the dense matmuls alone read: 7 per layer, then the output; NULL where that
+ * one is read otherwise. Left out: the token embedding (read a row per token, and the output
+ * when tied), the predictors, ffn_down_t, and a predicted layer's gate and up, whose rows the
+ * sparse FFN picks one by one. */
+static pi_weight *dense_only(pi_model *m, int i) {
+    if (i == m->info.n_layer * LAYER_DENSE) return m->info.tied_output ? NULL : &m->output;
+    pi_layer *L = &m->layers[i / LAYER_DENSE];
+    pi_weight *ws[LAYER_DENSE] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_down,
+                                   L->fc1.data ? NULL : &L->ffn_gate, L->fc1.data ? NULL : &L->ffn_up };
+    return ws[i % LAYER_DENSE];
+}
+
+/* Those weights go into row groups, in place: the mapping is private, so a written page becomes
+ * the process's own copy and the file is untouched, and resident memory stays one copy of each
+ * weight. */
+static int group_weights(pi_model *m) {
+    const int n = m->info.n_layer * LAYER_DENSE + 1;
+    size_t scratch_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const pi_weight *w = dense_only(m, i);
+        if (w && groupable(w) && w->row_bytes * PI_GROUP_ROWS > scratch_bytes) scratch_bytes = w->row_bytes * PI_GROUP_ROWS;
+    }
+    if (scratch_bytes == 0) return PI_OK;
+    uint8_t *scratch = malloc(scratch_bytes);
+    if (!scratch) return pi_set_error(PI_ERR_NOMEM, "no memory to group the weights' rows");
+    if (gguf_make_writable(&m->file) != 0) {
+        free(scratch);
+        return pi_set_error(PI_ERR_IO, "cannot make the model's private mapping writable to group its rows");
+    }
+    for (int i = 0; i < n; i++) {
+        pi_weight *w = dense_only(m, i);
+        if (!w || !groupable(w)) continue;
+        pi_group_rows(w->type, (uint8_t *)w->data, w->row_bytes, w->n_out, scratch);
+        w->grouped = 1;
+        m->grouped_weights++;
+    }
+    free(scratch);
+    return PI_OK;
+}
+
 PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **out) {
     if (!path || !out) return pi_set_error(PI_ERR_ARG, "pi_model_load: NULL argument");
     *out = NULL;
@@ -567,6 +615,7 @@ PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **ou
             m->info.ffn_act = params.ffn_act;
         }
         if (!rc) rc = check_activation(m);
+        if (!rc && params.repack) rc = group_weights(m);
     }
     if (rc) {
         pi_model_free(m);
@@ -677,8 +726,9 @@ static int append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
 
 static int describe_weight(char **b, size_t *len, size_t *cap, const pi_weight *w) {
     if (!w->data) return 0;
-    return append(b, len, cap, "  %-28s %-5s [%lld x %lld]  %.2f MB\n", w->name, pi_type_name(w->type),
-                  (long long)w->n_in, (long long)w->n_out, (double)w->row_bytes * (double)w->n_out / 1e6);
+    return append(b, len, cap, "  %-28s %-5s [%lld x %lld]  %.2f MB%s\n", w->name, pi_type_name(w->type),
+                  (long long)w->n_in, (long long)w->n_out, (double)w->row_bytes * (double)w->n_out / 1e6,
+                  w->grouped ? "  rows in groups of 16" : "");
 }
 
 PI_API const char *pi_model_describe(const pi_model *cm) {

@@ -11,6 +11,7 @@ typedef struct {
     int64_t n_in, n_out;
     size_t row_bytes;
     const uint8_t *data;  /* into the mapping; NULL when the tensor is absent */
+    int grouped;          /* rows in groups of PI_GROUP_ROWS (kernels/groups.c), not row-major */
 } pi_weight;
 
 typedef struct {
@@ -65,6 +66,7 @@ struct pi_model {
                                         * logits, where the metadata asks (Gemma 2's keys); 0: none */
     pi_layer *layers;       /* [n_layer] */
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
+    int grouped_weights;    /* how many weights the loader grouped (pi_model_params.repack) */
     int kquant_weights;     /* some weight is a K-quant: activations are made in Q8_K too */
     int32_t max_rank;       /* largest predictor rank over the layers */
     float *vectors;         /* one allocation holding every norm and bias above, as f32 */

@@ -35,8 +35,8 @@ static void mm_worker(void *arg, int ith, int nth) {
         const int r0 = (c % row_chunks) * t->rows_per_chunk, t0 = (c / row_chunks) * t->toks_per_chunk;
         const int nr = rows - r0 < t->rows_per_chunk ? rows - r0 : t->rows_per_chunk;
         const int nt = t->nt - t0 < t->toks_per_chunk ? t->nt - t0 : t->toks_per_chunk;
-        t->kern->matmul[tg->w->type](tg->w->data, tg->w->row_bytes, NULL, r0, nr, pi_act_from(t->x, t0), nt,
-                                     tg->Y + (size_t)t0 * rows + r0, rows);
+        const pi_matmul_fn mm = tg->w->grouped ? t->kern->matmul_grouped[tg->w->type] : t->kern->matmul[tg->w->type];
+        mm(tg->w->data, tg->w->row_bytes, NULL, r0, nr, pi_act_from(t->x, t0), nt, tg->Y + (size_t)t0 * rows + r0, rows);
     }
     (void)ith;
     (void)nth;
@@ -52,7 +52,7 @@ static int decode_chunk_rows(const pi_mm_target *targets, int n_targets, int nth
     const int by_bytes = (int)(ROW_CHUNK_BYTES / targets[0].w->row_bytes);
     const int balanced = rows / (4 * nth);
     int chunk = by_bytes < balanced ? by_bytes : balanced;
-    return chunk < 32 ? 32 : chunk / 4 * 4;
+    return chunk < 32 ? 32 : chunk / PI_GROUP_ROWS * PI_GROUP_ROWS; /* whole groups */
 }
 
 /* Y_i[t] = W_i x[t] for each target; outputs are dense [nt][n_out]. */

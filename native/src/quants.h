@@ -126,9 +126,11 @@ static inline PI_HOST_DEVICE size_t pi_type_block_bytes(uint32_t type) {
 static inline PI_HOST_DEVICE int pi_type_is_kquant(uint32_t type) { return pi_type_block_size(type) == QK_K; }
 
 /* Activation block: every quantized weight type is dotted against this one format.
- * s = d * sum(qs) lets the "+ m" of Q4_1/Q5_1 and the "- 8"/"- 16" offsets cost one multiply a block. */
-typedef struct { float d; float s; int8_t qs[QK]; } block_q8x;
-static_assert(sizeof(block_q8x) == 40, "q8x block");
+ * s = d * sum(qs) lets the "+ m" of Q4_1/Q5_1 cost one multiply a block; sum = sum(qs) lets the
+ * grouped kernels take a format's offset ("- 8", "+ 128") off in integers, exactly, where a float
+ * offset term would cancel against the dot and lose its low bits. */
+typedef struct { float d; float s; int8_t qs[QK]; int32_t sum; } block_q8x;
+static_assert(sizeof(block_q8x) == 44, "q8x block");
 
 /* The K-quants' activation block, llama.cpp's Q8_K: 256 values with one scale (x = d * qs) and
  * the sum of each 16 qs, which the K-quants' per-group minimums and offsets are multiplied by. */
@@ -180,5 +182,24 @@ static inline float pi_bf16_to_f32(pi_bf16 h) {
     union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
     return v.f;
 }
+
+/* Weights in groups of PI_GROUP_ROWS rows, block by block (kernels/groups.c has the layout): the
+ * types that have it, a group block's quants' offset, one group block from 16 blocks and back, a
+ * whole weight of n_rows (a multiple of the group) grouped in place with room for one group in
+ * scratch, and one group's rows put back in row order (the devices' uploads). The file's bytes,
+ * moved: a group of rows takes the bytes of its rows. */
+enum { PI_GROUP_ROWS = 16 };
+#ifdef __cplusplus
+extern "C" {
+#endif
+int pi_groups_hold(uint32_t type);
+size_t pi_group_quants_offset(uint32_t type);
+void pi_group_pack_block(uint32_t type, const uint8_t *const *blocks, uint8_t *out);
+void pi_group_unpack_block(uint32_t type, const uint8_t *group_block, int r, uint8_t *block);
+void pi_group_rows(uint32_t type, uint8_t *W, size_t row_bytes, int64_t n_rows, uint8_t *scratch);
+void pi_group_unpack_rows(uint32_t type, const uint8_t *group, size_t row_bytes, uint8_t *rows);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "cuda/ffn_cuda.h"
 #include "cuda/weights.h"
@@ -108,7 +109,24 @@ static inline int upload(dev_weight *d, const pi_cuda_weight *w, char *err, size
     if (!w->host) return 0; // an absent weight (no gate)
     const size_t bytes = (size_t)w->n_rows * w->row_bytes;
     TRY(cudaMalloc(&d->data, bytes ? bytes : 1), "allocating weights");
-    TRY(cudaMemcpy(d->data, w->host, bytes, cudaMemcpyHostToDevice), "uploading weights");
+    if (!w->grouped) {
+        TRY(cudaMemcpy(d->data, w->host, bytes, cudaMemcpyHostToDevice), "uploading weights");
+        return 0;
+    }
+    // the device kernels read rows: each group goes back to row order on its way up
+    const size_t group_bytes = PI_GROUP_ROWS * w->row_bytes;
+    uint8_t *rows = (uint8_t *)malloc(group_bytes);
+    if (!rows) {
+        snprintf(err, err_len, "no host memory to upload a weight's row groups");
+        return -1;
+    }
+    cudaError_t rc = cudaSuccess;
+    for (int64_t g = 0; g < w->n_rows / PI_GROUP_ROWS && rc == cudaSuccess; g++) {
+        pi_group_unpack_rows(w->type, w->host + (size_t)g * group_bytes, w->row_bytes, rows);
+        rc = cudaMemcpy(d->data + (size_t)g * group_bytes, rows, group_bytes, cudaMemcpyHostToDevice);
+    }
+    free(rows);
+    TRY(rc, "uploading weights");
     return 0;
 }
 

@@ -20,6 +20,7 @@ typedef struct {
     int64_t n_in, n_rows;
     size_t row_bytes;
     const uint8_t *host;    /* rows to upload, n_rows * row_bytes bytes */
+    int grouped;            /* host rows in groups (quants.h's PI_GROUP_ROWS): the upload puts them in row order */
 } pi_cuda_weight;
 
 typedef struct {

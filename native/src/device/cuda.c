@@ -22,7 +22,7 @@ typedef struct {
 } cuda_device;
 
 static pi_cuda_weight view(const pi_weight *w) {
-    return (pi_cuda_weight){ w->type, w->n_in, w->n_out, w->row_bytes, w->data };
+    return (pi_cuda_weight){ w->type, w->n_in, w->n_out, w->row_bytes, w->data, w->grouped };
 }
 
 static int status(cuda_device *dev, int failed) {

@@ -42,8 +42,31 @@ PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_
     return PI_OK;
 }
 
-PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t n,
-                            const float *X, int32_t nt, float *Y) {
+/* n_rows of `type` in the grouped layout: a type that has it, whole groups */
+static int groups_of(int32_t type, const pi_type_info *info, int32_t n_rows) {
+    if (!pi_groups_hold((uint32_t)type)) return pi_set_error(PI_ERR_UNSUPPORTED, "%s has no grouped layout", info->name);
+    if (n_rows < 0 || n_rows % PI_GROUP_ROWS)
+        return pi_set_error(PI_ERR_ARG, "grouped rows: %d is not a multiple of %d", n_rows, PI_GROUP_ROWS);
+    return PI_OK;
+}
+
+PI_API int pi_kernel_group_rows(int32_t type, void *W, int32_t n_rows, int32_t n) {
+    const pi_type_info *info;
+    int rc = row_type(type, n, &info);
+    if (rc == PI_OK) rc = groups_of(type, info, n_rows);
+    if (rc != PI_OK) return rc;
+    if (!W) return pi_set_error(PI_ERR_ARG, "pi_kernel_group_rows: NULL weights");
+    const size_t row_bytes = pi_type_row_bytes(type, n);
+    uint8_t *scratch = malloc(PI_GROUP_ROWS * row_bytes);
+    if (!scratch) return pi_set_error(PI_ERR_NOMEM, "pi_kernel_group_rows: no memory for one group");
+    pi_group_rows((uint32_t)type, W, row_bytes, n_rows, scratch);
+    free(scratch);
+    return PI_OK;
+}
+
+/* Y = W X for either layout of W: row-major, or grouped (pi_kernel_group_rows). */
+static int kernel_matmul(int32_t type, int32_t impl, int grouped, const void *W, int32_t n_rows, int32_t n,
+                         const float *X, int32_t nt, float *Y) {
     const pi_type_info *info;
     pi_kernels k;
     int rc = row_type(type, n, &info);
@@ -51,6 +74,8 @@ PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n
     if (rc != PI_OK) return rc;
     if (!W || !X || !Y) return pi_set_error(PI_ERR_ARG, "pi_kernel_matmul: NULL weights, input or output");
     if (n_rows < 0 || nt < 0) return pi_set_error(PI_ERR_ARG, "pi_kernel_matmul: negative n_rows %d or nt %d", n_rows, nt);
+    if (grouped && (rc = groups_of(type, info, n_rows)) != PI_OK) return rc;
+    const size_t row_bytes = pi_type_row_bytes(type, n);
 
     /* the activation in the form this weight type is dotted with */
     pi_act act = { X, NULL, NULL, n };
@@ -66,9 +91,19 @@ PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n
         if (k_quant) act.k = blocks;
         else act.q = blocks;
     }
-    k.matmul[type](W, pi_type_row_bytes(type, n), NULL, 0, n_rows, act, nt, Y, n_rows);
+    (grouped ? k.matmul_grouped : k.matmul)[type](W, row_bytes, NULL, 0, n_rows, act, nt, Y, n_rows);
     free(blocks);
     return PI_OK;
+}
+
+PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t n,
+                            const float *X, int32_t nt, float *Y) {
+    return kernel_matmul(type, impl, 0, W, n_rows, n, X, nt, Y);
+}
+
+PI_API int pi_kernel_matmul_grouped(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t n,
+                                    const float *X, int32_t nt, float *Y) {
+    return kernel_matmul(type, impl, 1, W, n_rows, n, X, nt, Y);
 }
 
 PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t d,

@@ -3,6 +3,7 @@
  * this file's activation quantizer, in a table. Compiled for that set alone and installed only
  * when the CPU has it. */
 #include "walk.h"
+#include "groups.h"
 #include "kquants.h"
 #include "table.h"
 
@@ -37,7 +38,8 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
         y->d = d;
-        y->s = d * (float)_mm_cvtsi128_si32(s);
+        y->sum = _mm_cvtsi128_si32(s);
+        y->s = d * (float)y->sum;
     }
 }
 
@@ -45,5 +47,9 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
 
 PI_KERNEL_TABLE(fill_table, quantize_act, quantize_act_k, matmul, dequant, axpy_rows, kq_matmul, kq_dequant,
                 kq_axpy_rows)
+PI_GROUPED_TABLE(fill_grouped, matmul_grouped)
 
-void pi_kernels_avx2(pi_kernels *k) { fill_table(k, "avx2"); }
+void pi_kernels_avx2(pi_kernels *k) {
+    fill_table(k, "avx2");
+    fill_grouped(k);
+}

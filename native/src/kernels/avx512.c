@@ -3,6 +3,7 @@
  * activation quantizer, in a table. Compiled for that set alone and installed only when the CPU
  * has it. */
 #include "walk.h"
+#include "groups.h"
 #include "kquants.h"
 #include "table.h"
 
@@ -28,7 +29,8 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
         _mm_storeu_si128((__m128i *)y->qs, _mm512_cvtepi32_epi8(qlo));
         _mm_storeu_si128((__m128i *)(y->qs + 16), _mm512_cvtepi32_epi8(qhi));
         y->d = d;
-        y->s = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+        y->sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+        y->s = d * (float)y->sum;
     }
 }
 
@@ -36,5 +38,9 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
 
 PI_KERNEL_TABLE(fill_table, quantize_act, quantize_act_k, matmul, dequant, axpy_rows, kq_matmul, kq_dequant,
                 kq_axpy_rows)
+PI_GROUPED_TABLE(fill_grouped, matmul_grouped)
 
-void pi_kernels_avx512(pi_kernels *k) { fill_table(k, "avx512"); }
+void pi_kernels_avx512(pi_kernels *k) {
+    fill_table(k, "avx512");
+    fill_grouped(k);
+}

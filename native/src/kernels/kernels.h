@@ -49,6 +49,9 @@ typedef struct {
     void (*quantize_act)(const float *x, block_q8x *y, int n);   /* n % 32 == 0 */
     void (*quantize_act_k)(const float *x, block_q8k *y, int n); /* n % 256 == 0 */
     pi_matmul_fn matmul[PI_TYPE_COUNT];
+    /* the same over grouped weights (pi_groups_hold types): no row list, r0 and nr multiples of
+     * the group; row_bytes is still one row's */
+    pi_matmul_fn matmul_grouped[PI_TYPE_COUNT];
     pi_dequant_fn dequant[PI_TYPE_COUNT];
     pi_axpy_rows_fn axpy_rows[PI_TYPE_COUNT];
 } pi_kernels;

@@ -25,6 +25,7 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
         }
         y->d = d;
         y->s = d * (float)sum;
+        y->sum = sum;
     }
 }
 
@@ -124,6 +125,28 @@ static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx
     }
 }
 
+/* Over grouped weights: each block of a row taken back out of its group, then the same dot,
+ * so that the result is the row-major one to the bit. */
+static void matmul_grouped(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
+                           pi_act x, int nt, float *Y, int y_stride) {
+    const size_t bb = pi_type_block_bytes((uint32_t)type);
+    const int nb = x.n / QK;
+    (void)idx;
+    for (int i = 0; i < nr; i++) {
+        const uint8_t *group = (const uint8_t *)W + (size_t)((r0 + i) / PI_GROUP_ROWS) * PI_GROUP_ROWS * row_bytes;
+        for (int t = 0; t < nt; t++) {
+            float sum = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                uint8_t block[sizeof(block_q8_0)];
+                pi_group_unpack_block((uint32_t)type, group + (size_t)b * PI_GROUP_ROWS * bb, (r0 + i) % PI_GROUP_ROWS,
+                                      block);
+                sum += pi_ref_dot_blocks(type, block, x.q + (size_t)t * nb + b, 0, 1);
+            }
+            Y[(size_t)t * y_stride + i] = sum;
+        }
+    }
+}
+
 /* The 32 weights of one block as floats, w = d * q + m: what dequant stores and axpy_rows adds. */
 static void block_floats(int type, const uint8_t *block, float *w) {
     decoded_block b;
@@ -167,8 +190,10 @@ static void dequant(int type, const void *row, float *y, int n) { pi_ref_dequant
 
 PI_KERNEL_TABLE(fill_table, quantize_act, quantize_act_k, matmul, dequant, axpy_rows, kq_matmul, kq_dequant,
                 kq_axpy_rows)
+PI_GROUPED_TABLE(fill_grouped, matmul_grouped)
 
 void pi_kernels_ref(pi_kernels *k) {
     memset(k, 0, sizeof *k);
     fill_table(k, "ref");
+    fill_grouped(k);
 }

@@ -41,4 +41,21 @@
         PI_TYPES(PI_TABLE_FILL_, ~)                                                                                   \
     }
 
+/* The grouped matmul of each type that has the layout (kernels/groups.c), from the tier's generic
+ * GROUPED, and `static void fill_grouped(pi_kernels *k)`, which sets them. */
+#define PI_GROUPED_ENTRY_(T, GROUPED)                                                                                 \
+    static void grouped_##T(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, \
+                            int ys) {                                                                                 \
+        GROUPED(PI_TYPE_##T, W, rb, idx, r0, nr, x, nt, Y, ys);                                                       \
+    }
+#define PI_GROUPED_TABLE(fill_grouped, GROUPED)                                                                       \
+    PI_GROUPED_ENTRY_(Q4_0, GROUPED)                                                                                  \
+    PI_GROUPED_ENTRY_(Q4_1, GROUPED)                                                                                  \
+    PI_GROUPED_ENTRY_(Q8_0, GROUPED)                                                                                  \
+    static void fill_grouped(pi_kernels *k) {                                                                         \
+        k->matmul_grouped[PI_TYPE_Q4_0] = grouped_Q4_0;                                                               \
+        k->matmul_grouped[PI_TYPE_Q4_1] = grouped_Q4_1;                                                               \
+        k->matmul_grouped[PI_TYPE_Q8_0] = grouped_Q8_0;                                                               \
+    }
+
 #endif

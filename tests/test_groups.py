@@ -1,0 +1,142 @@
+"""Weights in groups of 16 rows (native/src/kernels/groups.c), the layout the model loader gives
+the dense matmuls' Q4_0, Q4_1 and Q8_0 weights: the grouped kernels against the row-major ones
+and against float64, and a model loaded either way.
+
+The reference tier takes each block back out of its group and computes the row-major dot, so
+there the two layouts agree to the bit; the SIMD tiers sum in another order (16 rows at a time,
+the integer dot of unsigned quants and the offset in float) and agree within the tiers'
+tolerance."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize
+
+from pypowerinfer._ffi import UnsupportedError, check, ffi, lib
+from pypowerinfer.model import NativeContext, NativeModel
+from synthetic import write_llama_gguf
+from test_kernels import (IMPLS, RTOL, RTOL_TIERS, assert_dot_close, encode, kernel_matmul, q8x_dequantized,
+                          random_activations, random_weights, require)
+
+GROUPED_TYPES = ["Q4_0", "Q4_1", "Q8_0"]
+NS = [32, 96, 576]
+ROWS = [16, 48]
+NTS = [1, 2, 3, 4, 5, 9]
+
+
+def grouped(qtype: str, w: np.ndarray, rows: int, n: int) -> np.ndarray:
+    g = w.copy()
+    check(lib.pi_kernel_group_rows(QT[qtype], ffi.from_buffer(g), rows, n))
+    return g
+
+
+def grouped_matmul(qtype: str, impl: str, w: np.ndarray, rows: int, n: int, x: np.ndarray) -> np.ndarray:
+    """pi_kernel_matmul_grouped over a grouped copy of the row-major w"""
+    w = grouped(qtype, w, rows, n)
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.full((x.shape[0], rows), np.nan, np.float32)
+    check(lib.pi_kernel_matmul_grouped(QT[qtype], IMPLS[impl], ffi.from_buffer(w), rows, n,
+                                       ffi.from_buffer("float[]", x), x.shape[0], ffi.from_buffer("float[]", y)))
+    return y
+
+
+@pytest.mark.parametrize("qtype", GROUPED_TYPES)
+def test_reference_grouped_is_row_major_to_the_bit(qtype):
+    rng = np.random.default_rng(1)
+    for n in NS:
+        for rows in ROWS:
+            w = encode(random_weights(rng, rows, n), qtype)
+            for nt in NTS:
+                x = random_activations(rng, nt, n)
+                np.testing.assert_array_equal(grouped_matmul(qtype, "ref", w, rows, n, x),
+                                              kernel_matmul(qtype, "ref", w, rows, n, x), err_msg=f"n={n} nt={nt}")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("qtype", GROUPED_TYPES)
+def test_grouped_matmul(qtype, impl):
+    require(impl)
+    rng = np.random.default_rng(2)
+    for n in NS:
+        for rows in ROWS:
+            w = encode(random_weights(rng, rows, n), qtype)
+            wd = dequantize(w, QT[qtype]).astype(np.float64)
+            for nt in NTS:
+                x = random_activations(rng, nt, n)
+                xq = q8x_dequantized(x)
+                y = grouped_matmul(qtype, impl, w, rows, n, x)
+                bound = np.abs(xq) @ np.abs(wd).T
+                assert_dot_close(y, xq @ wd.T, bound, RTOL, f"{qtype} {impl} rows={rows} n={n} nt={nt}")
+                ref = kernel_matmul(qtype, "ref", w, rows, n, x).astype(np.float64)
+                assert_dot_close(y, ref, bound, RTOL_TIERS, f"{qtype} {impl} vs ref rows={rows} n={n} nt={nt}")
+
+
+@pytest.mark.parametrize("impl", ["avx2", "avx512"])
+def test_grouped_q8_0_extremes(impl):
+    """Q8_0's +-127 quants against +-127 activations: the AVX-512 tier's unsigned offset and
+    the AVX2 tier's sign trick at their limits."""
+    require(impl)
+    rows, n = 16, 64
+    w = encode(np.where(np.arange(rows * n).reshape(rows, n) % 3 == 0, -1.0, 1.0).astype(np.float32), "Q8_0")
+    x = np.tile(np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32), (2, 1))
+    np.testing.assert_allclose(grouped_matmul("Q8_0", impl, w, rows, n, x), kernel_matmul("Q8_0", "ref", w, rows, n, x),
+                               rtol=1e-6, atol=1e-6 * n)
+
+
+def test_grouping_moves_the_bytes():
+    """A group holds exactly its rows' bytes: grouping permutes them, and differs from row order"""
+    rng = np.random.default_rng(3)
+    for qtype in GROUPED_TYPES:
+        w = encode(random_weights(rng, 32, 64), qtype)
+        g = grouped(qtype, w, 32, 64)
+        assert g.nbytes == w.nbytes and not np.array_equal(g, w)
+        np.testing.assert_array_equal(np.sort(g.reshape(2, -1), axis=1), np.sort(w.reshape(2, -1), axis=1))
+
+
+def test_grouped_errors():
+    w = np.zeros(4096, np.uint8)
+    x = np.zeros(64, np.float32)
+    y = np.zeros(64, np.float32)
+    xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)
+    with pytest.raises(UnsupportedError, match="q5_0 has no grouped layout"):
+        check(lib.pi_kernel_matmul_grouped(QT.Q5_0, 0, ffi.from_buffer(w), 16, 32, xp, 1, yp))
+    with pytest.raises(UnsupportedError, match="q4_K has no grouped layout"):
+        check(lib.pi_kernel_group_rows(QT.Q4_K, ffi.from_buffer(w), 16, 256))
+    with pytest.raises(ValueError, match="not a multiple of 16"):
+        check(lib.pi_kernel_matmul_grouped(QT.Q4_0, 0, ffi.from_buffer(w), 8, 32, xp, 1, yp))
+    with pytest.raises(ValueError, match="not a multiple of 16"):
+        check(lib.pi_kernel_group_rows(QT.Q8_0, ffi.from_buffer(w), 24, 32))
+    with pytest.raises(ValueError, match="multiple of q4_0's block"):
+        check(lib.pi_kernel_group_rows(QT.Q4_0, ffi.from_buffer(w), 16, 48))
+
+
+def _logits(model: NativeModel, tokens: list[int], impl: int) -> np.ndarray:
+    """The logits of a prompt of several tokens and of one token after it: both matmul shapes"""
+    ctx = NativeContext(model, n_ctx=64, n_batch=64, n_threads=2, n_threads_batch=2, logits_all=False,
+                        kernel_impl=impl, n_logits=len(tokens) - 1)
+    ctx.decode(np.array(tokens[:-1], np.int32), 0, len(tokens) - 1)
+    prompt = ctx.logits.copy()
+    ctx.decode(np.array(tokens[-1:], np.int32), len(tokens) - 1)
+    return np.vstack([prompt, ctx.logits[:1]])
+
+
+@pytest.mark.parametrize("weight_type", GROUPED_TYPES)
+def test_model_grouped_at_load(tmp_path, weight_type):
+    """A model loads its dense weights grouped (saying so), computes what the row-major load
+    computes, and leaves its file as it was."""
+    path = write_llama_gguf(tmp_path / "m.gguf", n_embd=64, n_ff=96, n_vocab=288, weight_type=weight_type,
+                            output_type=weight_type)
+    before = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    grouped, plain = NativeModel(path), NativeModel(path, repack=False)
+    assert "rows in groups of 16" in grouped.describe()
+    assert "rows in groups of 16" not in plain.describe()
+    tokens = [1, 5, 9, 33, 7, 2]
+    np.testing.assert_array_equal(_logits(grouped, tokens, 1), _logits(plain, tokens, 1))  # the reference: exact
+    auto_g, auto_p = _logits(grouped, tokens, 0), _logits(plain, tokens, 0)
+    np.testing.assert_allclose(auto_g, auto_p, rtol=1e-3, atol=1e-3 * np.abs(auto_p).max())
+    del grouped
+    assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == before
