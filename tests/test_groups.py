@@ -124,16 +124,20 @@ def _logits(model: NativeModel, tokens: list[int], impl: int) -> np.ndarray:
     return np.vstack([prompt, ctx.logits[:1]])
 
 
+@pytest.mark.parametrize("tied", [False, True])
 @pytest.mark.parametrize("weight_type", GROUPED_TYPES)
-def test_model_grouped_at_load(tmp_path, weight_type):
-    """A model loads its dense weights grouped (saying so), computes what the row-major load
-    computes, and leaves its file as it was."""
+def test_model_grouped_at_load(tmp_path, weight_type, tied):
+    """A model loads its dense weights grouped (saying so; a tied output with the embedding,
+    whose row lookup then reads the groups), computes what the row-major load computes, and
+    leaves its file as it was."""
     path = write_llama_gguf(tmp_path / "m.gguf", n_embd=64, n_ff=96, n_vocab=288, weight_type=weight_type,
-                            output_type=weight_type)
+                            output_type=None if tied else weight_type)
     before = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     grouped, plain = NativeModel(path), NativeModel(path, repack=False)
     assert "rows in groups of 16" in grouped.describe()
     assert "rows in groups of 16" not in plain.describe()
+    embd = next(line for line in grouped.describe().splitlines() if "token_embd" in line)
+    assert ("rows in groups of 16" in embd) == tied
     tokens = [1, 5, 9, 33, 7, 2]
     np.testing.assert_array_equal(_logits(grouped, tokens, 1), _logits(plain, tokens, 1))  # the reference: exact
     auto_g, auto_p = _logits(grouped, tokens, 0), _logits(plain, tokens, 0)

@@ -98,11 +98,8 @@ int pi_encode(pi_context *c, const int32_t *tokens, int n) {
                             "or profiling capture", m->arch);
 
     /* x[t] = LayerNorm(token_embd[tokens[t]] + token type 0 + position t) */
-    for (int t = 0; t < n; t++) {
-        float *xt = c->x + (size_t)t * d;
-        c->kern.dequant[m->token_embd.type](m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, xt, d);
-        if (m->token_type_embd) c->vec.axpy(1.0f, m->token_type_embd, xt, d);
-    }
+    pi_token_rows(c, tokens, n);
+    for (int t = 0; m->token_type_embd && t < n; t++) c->vec.axpy(1.0f, m->token_type_embd, c->x + (size_t)t * d, d);
     pi_one_segment(c, n, 0);
     pi_step_positions(c);
     if (m->position_embd.data) pi_add_positions(c, n);

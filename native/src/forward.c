@@ -216,9 +216,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
     int rc;
 
     /* x[t] = token_embd[tokens[t]], on the host */
-    for (int t = 0; t < n; t++)
-        c->kern.dequant[m->token_embd.type](m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes,
-                                            c->x + (size_t)t * d, d);
+    pi_token_rows(c, tokens, n);
     c->x_on_device = 0;
     c->step_bytes = (int64_t)n * (int64_t)m->token_embd.row_bytes;
     const int64_t rows_before = c->stats.ffn_rows_done;

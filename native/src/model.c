@@ -557,12 +557,12 @@ static int groupable(const pi_weight *w) {
 
 enum { LAYER_DENSE = 7 };
 
-/* Weight i of those the dense matmuls alone read: 7 per layer, then the output; NULL where that
- * one is read otherwise. Left out: the token embedding (read a row per token, and the output
- * when tied), the predictors, ffn_down_t, and a predicted layer's gate and up, whose rows the
- * sparse FFN picks one by one. */
+/* Weight i of those the dense matmuls read: 7 per layer, then the output (tied: the token
+ * embedding, whose row lookup learns the groups, pi_token_rows); NULL where that one is read
+ * otherwise. Left out: the predictors, ffn_down_t, and a predicted layer's gate and up, whose
+ * rows the sparse FFN picks one by one. */
 static pi_weight *dense_only(pi_model *m, int i) {
-    if (i == m->info.n_layer * LAYER_DENSE) return m->info.tied_output ? NULL : &m->output;
+    if (i == m->info.n_layer * LAYER_DENSE) return m->info.tied_output ? &m->token_embd : &m->output;
     pi_layer *L = &m->layers[i / LAYER_DENSE];
     pi_weight *ws[LAYER_DENSE] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_down,
                                    L->fc1.data ? NULL : &L->ffn_gate, L->fc1.data ? NULL : &L->ffn_up };
@@ -594,6 +594,7 @@ static int group_weights(pi_model *m) {
         m->grouped_weights++;
     }
     free(scratch);
+    if (m->info.tied_output) m->output.grouped = m->token_embd.grouped;
     return PI_OK;
 }
 

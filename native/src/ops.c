@@ -108,6 +108,29 @@ void pi_lora_embed(pi_context *c, const int32_t *tokens, int n) {
     lora_b_add(c, p, n, c->x);
 }
 
+/* ---- the token embedding ---- */
+
+void pi_token_rows(const pi_context *c, const int32_t *tokens, int n) {
+    const pi_weight *w = &c->model->token_embd;
+    const int d = (int)w->n_in;
+    const pi_dequant_fn dequant = c->kern.dequant[w->type];
+    for (int t = 0; t < n; t++) {
+        float *x = c->x + (size_t)t * d;
+        if (!w->grouped) {
+            dequant(w->data + (size_t)tokens[t] * w->row_bytes, x, d);
+            continue;
+        }
+        /* a row of a grouped weight is one block in each of its group's blocks */
+        const size_t bb = pi_type_block_bytes(w->type);
+        const uint8_t *group = w->data + (size_t)(tokens[t] / PI_GROUP_ROWS) * PI_GROUP_ROWS * w->row_bytes;
+        for (int b = 0; b < d / QK; b++) {
+            uint8_t block[sizeof(block_q8_0)];
+            pi_group_unpack_block(w->type, group + (size_t)b * PI_GROUP_ROWS * bb, tokens[t] % PI_GROUP_ROWS, block);
+            dequant(block, x + (size_t)b * QK, QK);
+        }
+    }
+}
+
 /* ---- attention over the KV cache: one (token, head) pair per work item ---- */
 
 typedef struct {
