@@ -5,6 +5,8 @@ itself: teacher-forced top-1 agreement and mean KL over the same tokens, for
   floor of the oracle itself, which evaluates the same text through different kernels;
 - pypowerinfer against llama.cpp, batched and one token at a time;
 - pypowerinfer batched against itself one token at a time;
+- pypowerinfer with the file's row-major weights (repack=False) against llama.cpp, one token at a
+  time: what the grouped layout the loader gives Q4_0/Q4_1/Q8_0 weights changes;
 - with --n-gpu-layers N, pypowerinfer with N layers on the CUDA device (on a machine without a
   GPU, the CPU emulator's build: PI_LIBRARY=build-emu/libpowerinfer.so) against llama.cpp.
 
@@ -50,11 +52,13 @@ def main() -> None:
     _, ref_single = logits(llama_cpp.Llama, 1, tokens)
     _, ours_batched = logits(Llama, 512, tokens)
     _, ours_single = logits(Llama, 1, tokens)
+    _, rows_single = logits(Llama, 1, tokens, repack=False)
     rows = [
         ("llama.cpp batched vs llama.cpp one-token", ref_batched, ref_single),
         ("pypowerinfer vs llama.cpp, batched", ref_batched, ours_batched),
         ("pypowerinfer vs llama.cpp, one-token", ref_single, ours_single),
         ("pypowerinfer batched vs pypowerinfer one-token", ours_batched, ours_single),
+        ("pypowerinfer row-major vs llama.cpp, one-token", ref_single, rows_single),
     ]
     if args.n_gpu_layers:
         _, offload = logits(Llama, 512, tokens, n_gpu_layers=args.n_gpu_layers)

@@ -1,8 +1,14 @@
-"""Micro-benchmark of the CPU matmul kernels at SmolLM2-135M's shapes, one thread.
+"""Micro-benchmark of the CPU matmul kernels at SmolLM2-135M's and the 1.1B model's shapes, one thread.
 
-For every kernel tier and shape it reports the time of one pi_kernel_matmul call (which also
-quantizes the activation, as the forward pass does), the weight bytes streamed per second and
-the effective GFLOP/s (2 * rows * n * nt / time):
+First the machine's int8 dot-product peak (bench/int8_peak.c, compiled here with cc): the
+throughput of independent chains of vpdpbusd (zmm, ymm) and of AVX2's vpmaddubsw + vpmaddwd
+pair, one thread and every thread, in GOP/s (a MAC is 2 ops).
+
+Then for every kernel tier and shape the time of one pi_kernel_matmul call (which also
+quantizes the activation, as the forward pass does), for the row-major layout and for the
+grouped one the loader gives Q4_0, Q4_1 and Q8_0 weights (pi_kernel_group_rows), the weight
+bytes streamed per second, the effective GOP/s (2 * rows * n * nt / time) and its share of the
+one-thread peak of the tier's instruction (vpdpbusd zmm for avx512, the AVX2 pair for avx2):
 
 - "hot": the same weight matrix every call, so it sits in L2/L3 once warm (compute bound);
 - "cold": rotating over copies totalling more than 4x the L3 (32 MiB here), so the weights
@@ -19,7 +25,11 @@ of every call its own copy of the matrix, so its rows come from DRAM.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
@@ -29,7 +39,10 @@ from pypowerinfer._ffi import check, ffi, lib
 
 IMPLS = {"ref": 1, "avx2": 2, "avx512": 3}
 # (type, n = inputs per row, rows): ffn_gate/ffn_up, ffn_down, the tied output matrix.
-SHAPES = [("Q4_1", 576, 1536), ("Q4_1", 1536, 576), ("Q8_0", 576, 49152)]
+# The 1.1B model's (TinyLlama's dims) ffn_up and ffn_down in Q4_0.
+SHAPES = [("Q4_1", 576, 1536), ("Q4_1", 1536, 576), ("Q8_0", 576, 49152), ("Q4_0", 2048, 5632), ("Q4_0", 5632, 2048)]
+GROUPED = {"Q4_0", "Q4_1", "Q8_0"}
+PEAK_OF = {"avx512": "vpdpbusd zmm", "avx2": "vpmaddubsw+vpmaddwd ymm"}
 COLD_BYTES = 128 << 20
 # (type, rows = n_ff, d = n_embd) of ffn_down_t, and the shares of active rows.
 AXPY_SHAPES = [("Q4_1", 1536, 576), ("Q4_0", 1536, 576)]
@@ -47,39 +60,71 @@ def encode(qtype: str, rows: int, n: int, rng: np.random.Generator) -> np.ndarra
     return np.ascontiguousarray(quantize(data, QT[qtype])).view(np.uint8)
 
 
+def int8_peak(seconds: float) -> dict[str, tuple[float, float]]:
+    """{instruction: (GOP/s on one thread, on every thread)}, or {} where it cannot be built"""
+    src = Path(__file__).with_name("int8_peak.c")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "int8_peak")
+        flags = ["-O2", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx2"]
+        if subprocess.run(["cc", *flags, str(src), "-lpthread", "-o", exe]).returncode != 0:
+            return {}
+        out = subprocess.run([exe, str(os.cpu_count()), str(seconds)], capture_output=True, text=True)
+    if out.returncode != 0:
+        return {}  # no AVX-512 VNNI here: the first kernel faults
+    rows = [line.split("\t") for line in out.stdout.splitlines()]
+    return {name: (float(one), float(every)) for name, one, every in rows}
+
+
+def group(qtype: str, w: np.ndarray, rows: int, n: int) -> np.ndarray:
+    g = w.copy()
+    check(lib.pi_kernel_group_rows(QT[qtype], ffi.from_buffer(g), rows, n))
+    return g
+
+
 def time_calls(qtype: str, impl: str, weights: list[np.ndarray], rows: int, n: int, nt: int,
-               min_seconds: float) -> float:
-    """Median seconds per call, cycling over `weights`."""
+               min_seconds: float, grouped: bool = False) -> float:
+    """Median seconds per call, cycling over `weights` (grouped ones with `grouped`)."""
+    matmul = lib.pi_kernel_matmul_grouped if grouped else lib.pi_kernel_matmul
     x = np.random.default_rng(0).standard_normal((nt, n), dtype=np.float32)
     y = np.empty((nt, rows), np.float32)
     xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)
     wps = [ffi.from_buffer(w) for w in weights]
-    check(lib.pi_kernel_matmul(QT[qtype], IMPLS[impl], wps[0], rows, n, xp, nt, yp))  # warm up
+    check(matmul(QT[qtype], IMPLS[impl], wps[0], rows, n, xp, nt, yp))  # warm up
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < 10000):
         w = wps[len(times) % len(wps)]
         t0 = time.perf_counter()
-        lib.pi_kernel_matmul(QT[qtype], IMPLS[impl], w, rows, n, xp, nt, yp)
+        matmul(QT[qtype], IMPLS[impl], w, rows, n, xp, nt, yp)
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
 
-def bench_matmul(impls: list[str], nts: list[int], seconds_each: float, rng: np.random.Generator) -> None:
-    print(f"{'impl':7} {'type':5} {'n x rows':>11} {'nt':>3} {'hot ms':>9} {'hot GB/s':>9} "
-          f"{'cold GB/s':>9} {'GFLOP/s':>8}")
+def bench_matmul(impls: list[str], nts: list[int], seconds_each: float, rng: np.random.Generator,
+                 peak: dict[str, tuple[float, float]]) -> None:
+    print(f"{'impl':7} {'layout':7} {'type':5} {'n x rows':>11} {'nt':>3} {'hot ms':>9} {'hot GB/s':>9} "
+          f"{'cold GB/s':>9} {'GOP/s':>8} {'of peak':>7}")
     for qtype, n, rows in SHAPES:
         first = encode(qtype, rows, n, rng)
         copies = [first] + [first.copy() for _ in range(max(1, COLD_BYTES // first.nbytes))]
+        layouts = {"rows": copies}
+        if qtype in GROUPED:
+            layouts["grouped"] = [group(qtype, w, rows, n) for w in copies]
         for nt in nts:
             for impl in impls:
-                # The scalar reference is slow at large batches: one short measurement is plenty.
-                seconds = seconds_each if impl != "ref" else min(seconds_each, 0.2)
-                hot = time_calls(qtype, impl, copies[:1], rows, n, nt, seconds)
-                cold = time_calls(qtype, impl, copies[1:], rows, n, nt, seconds) if nt <= 8 else float("nan")
-                print(f"{impl:7} {qtype:5} {f'{n}x{rows}':>11} {nt:>3} {hot * 1e3:9.3f} "
-                      f"{first.nbytes / hot / 1e9:9.2f} {first.nbytes / cold / 1e9:9.2f} "
-                      f"{2.0 * rows * n * nt / hot / 1e9:8.1f}", flush=True)
+                for layout, ws in layouts.items():
+                    # The scalar reference is slow at large batches: one short measurement is plenty.
+                    seconds = seconds_each if impl != "ref" else min(seconds_each, 0.2)
+                    if impl == "ref" and rows * n * nt > 1 << 26:
+                        continue
+                    grouped = layout == "grouped"
+                    hot = time_calls(qtype, impl, ws[:1], rows, n, nt, seconds, grouped)
+                    cold = time_calls(qtype, impl, ws[1:], rows, n, nt, seconds, grouped) if nt <= 8 else float("nan")
+                    gops = 2.0 * rows * n * nt / hot / 1e9
+                    share = f"{gops / peak[PEAK_OF[impl]][0]:7.0%}" if PEAK_OF.get(impl) in peak else f"{'-':>7}"
+                    print(f"{impl:7} {layout:7} {qtype:5} {f'{n}x{rows}':>11} {nt:>3} {hot * 1e3:9.3f} "
+                          f"{first.nbytes / hot / 1e9:9.2f} {first.nbytes / cold / 1e9:9.2f} {gops:8.1f} {share}",
+                          flush=True)
 
 
 def active_rows(rng: np.random.Generator, n_rows: int, k: int, first: int = 0) -> np.ndarray:
@@ -140,7 +185,11 @@ def main() -> None:
     rng = np.random.default_rng(1)
 
     if args.only != "axpy":
-        bench_matmul(impls, nts, args.seconds, rng)
+        peak = int8_peak(args.seconds)
+        print(f"int8 dot peak, GOP/s: {'instruction':24} {'1 thread':>9} {f'{os.cpu_count()} threads':>10}")
+        for name, (one, every) in peak.items():
+            print(f"{'':22}{name:24} {one:9.1f} {every:10.1f}")
+        bench_matmul(impls, nts, args.seconds, rng, peak)
     if args.only != "matmul":
         bench_axpy(impls, args.seconds, rng)
 
