@@ -14,12 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
-from gguf.quants import dequantize
 
 from pypowerinfer._ffi import UnsupportedError, check, ffi, lib
 from pypowerinfer.model import NativeContext, NativeModel
 from synthetic import write_llama_gguf
-from test_kernels import (IMPLS, RTOL, RTOL_TIERS, assert_dot_close, encode, kernel_matmul, q8x_dequantized,
+from test_kernels import (IMPLS, RTOL, RTOL_TIERS, assert_dot_close, block_matmul_cases, encode, kernel_matmul,
                           random_activations, random_weights, require)
 
 GROUPED_TYPES = ["Q4_0", "Q4_1", "Q8_0"]
@@ -60,19 +59,13 @@ def test_reference_grouped_is_row_major_to_the_bit(qtype):
 @pytest.mark.parametrize("qtype", GROUPED_TYPES)
 def test_grouped_matmul(qtype, impl):
     require(impl)
-    rng = np.random.default_rng(2)
     for n in NS:
-        for rows in ROWS:
-            w = encode(random_weights(rng, rows, n), qtype)
-            wd = dequantize(w, QT[qtype]).astype(np.float64)
-            for nt in NTS:
-                x = random_activations(rng, nt, n)
-                xq = q8x_dequantized(x)
-                y = grouped_matmul(qtype, impl, w, rows, n, x)
-                bound = np.abs(xq) @ np.abs(wd).T
-                assert_dot_close(y, xq @ wd.T, bound, RTOL, f"{qtype} {impl} rows={rows} n={n} nt={nt}")
-                ref = kernel_matmul(qtype, "ref", w, rows, n, x).astype(np.float64)
-                assert_dot_close(y, ref, bound, RTOL_TIERS, f"{qtype} {impl} vs ref rows={rows} n={n} nt={nt}")
+        for rows, nt, w, x, exact, bound in block_matmul_cases(np.random.default_rng(2), qtype, n, ROWS, NTS):
+            y = grouped_matmul(qtype, impl, w, rows, n, x)
+            what = f"{qtype} {impl} rows={rows} n={n} nt={nt}"
+            assert_dot_close(y, exact, bound, RTOL, what)
+            assert_dot_close(y, kernel_matmul(qtype, "ref", w, rows, n, x).astype(np.float64), bound, RTOL_TIERS,
+                             what + " vs ref")
 
 
 @pytest.mark.parametrize("impl", ["avx2", "avx512"])
@@ -99,9 +92,7 @@ def test_grouping_moves_the_bytes():
 
 def test_grouped_errors():
     w = np.zeros(4096, np.uint8)
-    x = np.zeros(64, np.float32)
-    y = np.zeros(64, np.float32)
-    xp, yp = ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y)
+    xp = yp = ffi.from_buffer("float[]", np.zeros(64, np.float32))  # every call fails before reading it
     with pytest.raises(UnsupportedError, match="q5_0 has no grouped layout"):
         check(lib.pi_kernel_matmul_grouped(QT.Q5_0, 0, ffi.from_buffer(w), 16, 32, xp, 1, yp))
     with pytest.raises(UnsupportedError, match="q4_K has no grouped layout"):

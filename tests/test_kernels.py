@@ -98,20 +98,25 @@ def assert_dot_close(y: np.ndarray, expected: np.ndarray, bound: np.ndarray, rto
         f"{what}: |error| {err[worst]:.3g} > {rtol} * sum|w*x| = {rtol * bound[worst]:.3g} at {worst}")
 
 
+def block_matmul_cases(rng: np.random.Generator, qtype: str, n: int, rows_list, nts):
+    """(rows, nt, w, x, exact, bound) for each shape: random weights in qtype and activations,
+    the product of their quantized forms in float64, and sum |w x| (the scale of its error)."""
+    for rows in rows_list:
+        w = encode(random_weights(rng, rows, n), qtype)
+        wd = dequantize(w, QT[qtype]).astype(np.float64)
+        for nt in nts:
+            x = random_activations(rng, nt, n)
+            xq = q8x_dequantized(x)
+            yield rows, nt, w, x, xq @ wd.T, np.abs(xq) @ np.abs(wd).T
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("n", BLOCK_NS)
 @pytest.mark.parametrize("qtype", BLOCK_TYPES)
 def test_block_matmul(qtype, n, impl):
     require(impl)
-    rng = np.random.default_rng(n)
-    for rows in ROWS:
-        w = encode(random_weights(rng, rows, n), qtype)
-        wd = dequantize(w, QT[qtype]).astype(np.float64)
-        for nt in NTS:
-            x = random_activations(rng, nt, n)
-            xq = q8x_dequantized(x)
-            y = kernel_matmul(qtype, impl, w, rows, n, x)
-            assert_dot_close(y, xq @ wd.T, np.abs(xq) @ np.abs(wd).T, RTOL, f"{qtype} rows={rows} nt={nt}")
+    for rows, nt, w, x, exact, bound in block_matmul_cases(np.random.default_rng(n), qtype, n, ROWS, NTS):
+        assert_dot_close(kernel_matmul(qtype, impl, w, rows, n, x), exact, bound, RTOL, f"{qtype} rows={rows} nt={nt}")
 
 
 @pytest.mark.parametrize("impl", IMPLS)
