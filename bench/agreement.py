@@ -6,7 +6,7 @@ itself: teacher-forced top-1 agreement and mean KL over the same tokens, for
 - pypowerinfer against llama.cpp, batched and one token at a time;
 - pypowerinfer batched against itself one token at a time;
 - pypowerinfer with the file's row-major weights (repack=False) against llama.cpp, one token at a
-  time: what the grouped layout the loader gives Q4_0/Q4_1/Q8_0 weights changes;
+  time: what the grouped layout the loader gives the 32-weight block formats changes;
 - with --n-gpu-layers N, pypowerinfer with N layers on the CUDA device (on a machine without a
   GPU, the CPU emulator's build: PI_LIBRARY=build-emu/libpowerinfer.so) against llama.cpp.
 

@@ -6,7 +6,7 @@ pair, one thread and every thread, in GOP/s (a MAC is 2 ops).
 
 Then for every kernel tier and shape the time of one pi_kernel_matmul call (which also
 quantizes the activation, as the forward pass does), for the row-major layout and for the
-grouped one the loader gives Q4_0, Q4_1 and Q8_0 weights (pi_kernel_group_rows), the weight
+grouped one the loader gives the 32-weight block formats (pi_kernel_group_rows), the weight
 bytes streamed per second, the effective GOP/s (2 * rows * n * nt / time) and its share of the
 one-thread peak of the tier's instruction (vpdpbusd zmm for avx512, the AVX2 pair for avx2):
 
@@ -41,7 +41,7 @@ IMPLS = {"ref": 1, "avx2": 2, "avx512": 3}
 # (type, n = inputs per row, rows): ffn_gate/ffn_up, ffn_down, the tied output matrix.
 # The 1.1B model's (TinyLlama's dims) ffn_up and ffn_down in Q4_0.
 SHAPES = [("Q4_1", 576, 1536), ("Q4_1", 1536, 576), ("Q8_0", 576, 49152), ("Q4_0", 2048, 5632), ("Q4_0", 5632, 2048)]
-GROUPED = {"Q4_0", "Q4_1", "Q8_0"}
+GROUPED = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"}
 PEAK_OF = {"avx512": "vpdpbusd zmm", "avx2": "vpmaddubsw+vpmaddwd ymm"}
 COLD_BYTES = 128 << 20
 # (type, rows = n_ff, d = n_embd) of ffn_down_t, and the shares of active rows.

@@ -1,6 +1,6 @@
 """Weights in groups of 16 rows (native/src/kernels/groups.c), the layout the model loader gives
-the dense matmuls' Q4_0, Q4_1 and Q8_0 weights: the grouped kernels against the row-major ones
-and against float64, and a model loaded either way.
+the dense matmuls' 32-weight block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): the grouped kernels
+against the row-major ones and against float64, and a model loaded either way.
 
 The reference tier takes each block back out of its group and computes the row-major dot, so
 there the two layouts agree to the bit; the SIMD tiers sum in another order (16 rows at a time,
@@ -21,7 +21,7 @@ from synthetic import write_llama_gguf
 from test_kernels import (IMPLS, RTOL, RTOL_TIERS, assert_dot_close, block_matmul_cases, encode, kernel_matmul,
                           random_activations, random_weights, require)
 
-GROUPED_TYPES = ["Q4_0", "Q4_1", "Q8_0"]
+GROUPED_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
 NS = [32, 96, 576]
 ROWS = [16, 48]
 NTS = [1, 2, 3, 4, 5, 9]
@@ -81,20 +81,24 @@ def test_grouped_q8_0_extremes(impl):
 
 
 def test_grouping_moves_the_bytes():
-    """A group holds exactly its rows' bytes: grouping permutes them, and differs from row order"""
+    """A group holds exactly its rows' bits: grouping permutes the bytes (the 5-bit formats' high
+    bits one by one), and differs from row order"""
     rng = np.random.default_rng(3)
     for qtype in GROUPED_TYPES:
         w = encode(random_weights(rng, 32, 64), qtype)
         g = grouped(qtype, w, 32, 64)
         assert g.nbytes == w.nbytes and not np.array_equal(g, w)
-        np.testing.assert_array_equal(np.sort(g.reshape(2, -1), axis=1), np.sort(w.reshape(2, -1), axis=1))
+        per_group = lambda a: np.unpackbits(a.reshape(2, -1), axis=1).sum(axis=1)  # noqa: E731
+        np.testing.assert_array_equal(per_group(g), per_group(w))
+        if qtype not in ("Q5_0", "Q5_1"):
+            np.testing.assert_array_equal(np.sort(g.reshape(2, -1), axis=1), np.sort(w.reshape(2, -1), axis=1))
 
 
 def test_grouped_errors():
     w = np.zeros(4096, np.uint8)
     xp = yp = ffi.from_buffer("float[]", np.zeros(64, np.float32))  # every call fails before reading it
-    with pytest.raises(UnsupportedError, match="q5_0 has no grouped layout"):
-        check(lib.pi_kernel_matmul_grouped(QT.Q5_0, 0, ffi.from_buffer(w), 16, 32, xp, 1, yp))
+    with pytest.raises(UnsupportedError, match="q6_K has no grouped layout"):
+        check(lib.pi_kernel_matmul_grouped(QT.Q6_K, 0, ffi.from_buffer(w), 16, 256, xp, 1, yp))
     with pytest.raises(UnsupportedError, match="q4_K has no grouped layout"):
         check(lib.pi_kernel_group_rows(QT.Q4_K, ffi.from_buffer(w), 16, 256))
     with pytest.raises(ValueError, match="not a multiple of 16"):

@@ -42,10 +42,10 @@ typedef struct pi_model pi_model;
 typedef struct {
     int vocab_only; /* parse metadata only; no weights are checked or bound */
     int ffn_act;    /* PI_ACT_* to override the architecture's FFN activation; -1 keeps it */
-    int repack;     /* 1 (the default): the dense matmuls' Q4_0, Q4_1 and Q8_0 weights are rearranged at
-                     * load into groups of 16 rows (kernels/groups.c), in place in the private mapping
-                     * (the file is never written); 0 keeps the file's row-major layout, which the
-                     * devices (vram_budget, n_gpu_layers) upload from */
+    int repack;     /* 1 (the default): the dense matmuls' Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights are
+                     * rearranged at load into groups of 16 rows (kernels/groups.c), in place in the
+                     * private mapping (the file is never written; a device's upload puts the rows back
+                     * in order); 0 keeps the file's row-major layout */
 } pi_model_params;
 
 PI_API pi_model_params pi_model_default_params(void);
@@ -235,7 +235,7 @@ PI_API void pi_context_reset_stats(pi_context *ctx);
  * `type`; X is float [nt][n], quantized inside as the forward pass does. */
 PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t n,
                             const float *X, int32_t nt, float *Y);
-/* W's n_rows rows of n weights (Q4_0, Q4_1 or Q8_0, n_rows a multiple of 16) rearranged in place
+/* W's n_rows rows of n weights (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0; n_rows a multiple of 16) rearranged in place
  * into the groups of 16 rows the model loader gives the dense matmuls' weights
  * (native/src/kernels/groups.c), and pi_kernel_matmul over weights so grouped. */
 PI_API int pi_kernel_group_rows(int32_t type, void *W, int32_t n_rows, int32_t n);

@@ -51,6 +51,12 @@ INLINE uint32_t load_u32(const uint8_t *p) {
     return v;
 }
 
+INLINE uint64_t load_u64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 #if defined(__AVX2__)
 INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

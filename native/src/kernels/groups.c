@@ -11,37 +11,59 @@
  *
  * For the 4-bit formats a quant byte holds weight k in its low nibble and weight k + 16 in its
  * high one (as in their blocks), so the low nibbles of chunk j are weights 4j .. 4j + 3 and the
- * high ones weights 16 + 4j ..; for Q8_0 chunk j is weights 4j .. 4j + 3. The bytes are the
- * file's own, moved: a group block has exactly the bytes of its 16 blocks. */
+ * high ones weights 16 + 4j ..; for Q8_0 chunk j is weights 4j .. 4j + 3. So in every format the
+ * k-th 4-byte group of a row holds its weights 4k .. 4k + 3. The 5-bit formats' high bits are
+ * regrouped the same way, into 8 masks of 64 bits before the quants: bit 4r + i of mask k is bit
+ * 4 of row r's weight 4k + i, so that one masked byte add sets them for 16 rows at once. A group
+ * block has exactly the bytes of its 16 blocks, moved. */
 #include <string.h>
 
 #include "kernels.h"
 
-int pi_groups_hold(uint32_t type) { return type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1 || type == PI_TYPE_Q8_0; }
+int pi_groups_hold(uint32_t type) {
+    return type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_0 || type == PI_TYPE_Q5_1 ||
+           type == PI_TYPE_Q8_0;
+}
 
-size_t pi_group_quants_offset(uint32_t type) { return (type == PI_TYPE_Q4_1 ? 4 : 2) * PI_GROUP_ROWS; }
+static int has_min(uint32_t type) { return type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_1; }
+static int has_high_bits(uint32_t type) { return type == PI_TYPE_Q5_0 || type == PI_TYPE_Q5_1; }
 
-/* A block's quant bytes and where they start in it. */
+size_t pi_group_high_bits_offset(uint32_t type) { return (has_min(type) ? 4 : 2) * PI_GROUP_ROWS; }
+
+size_t pi_group_quants_offset(uint32_t type) { return pi_group_high_bits_offset(type) + (has_high_bits(type) ? 64 : 0); }
+
+/* A block's quant bytes, and where they and its high bits (qh) start in it. */
 static size_t quant_bytes(uint32_t type) { return type == PI_TYPE_Q8_0 ? QK : QK / 2; }
-static size_t block_quants(uint32_t type) { return type == PI_TYPE_Q4_1 ? 4 : 2; }
+static size_t block_high_bits(uint32_t type) { return has_min(type) ? 4 : 2; }
+static size_t block_quants(uint32_t type) { return block_high_bits(type) + (has_high_bits(type) ? 4 : 0); }
 
 /* Byte k of row r's quants, inside a group block's quants. */
 static size_t quant_at(int r, size_t k) { return (k / 4) * 64 + (size_t)r * 4 + k % 4; }
 
 void pi_group_pack_block(uint32_t type, const uint8_t *const *blocks, uint8_t *out) {
-    uint8_t *q = out + pi_group_quants_offset(type);
+    uint8_t *q = out + pi_group_quants_offset(type), *masks = out + pi_group_high_bits_offset(type);
+    if (has_high_bits(type)) memset(masks, 0, 64);
     for (int r = 0; r < PI_GROUP_ROWS; r++) {
         memcpy(out + 2 * r, blocks[r], 2); /* d */
-        if (type == PI_TYPE_Q4_1) memcpy(out + 2 * PI_GROUP_ROWS + 2 * r, blocks[r] + 2, 2); /* m */
+        if (has_min(type)) memcpy(out + 2 * PI_GROUP_ROWS + 2 * r, blocks[r] + 2, 2); /* m */
         for (size_t k = 0; k < quant_bytes(type); k++) q[quant_at(r, k)] = blocks[r][block_quants(type) + k];
+        for (int j = 0; has_high_bits(type) && j < QK; j++) { /* bit j of qh -> bit 4r + j % 4 of mask j / 4 */
+            const int bit = (blocks[r][block_high_bits(type) + j / 8] >> (j % 8)) & 1;
+            masks[8 * (j / 4) + (4 * r + j % 4) / 8] |= (uint8_t)(bit << ((4 * r + j % 4) % 8));
+        }
     }
 }
 
 void pi_group_unpack_block(uint32_t type, const uint8_t *group_block, int r, uint8_t *block) {
-    const uint8_t *q = group_block + pi_group_quants_offset(type);
+    const uint8_t *q = group_block + pi_group_quants_offset(type), *masks = group_block + pi_group_high_bits_offset(type);
     memcpy(block, group_block + 2 * r, 2);
-    if (type == PI_TYPE_Q4_1) memcpy(block + 2, group_block + 2 * PI_GROUP_ROWS + 2 * r, 2);
+    if (has_min(type)) memcpy(block + 2, group_block + 2 * PI_GROUP_ROWS + 2 * r, 2);
     for (size_t k = 0; k < quant_bytes(type); k++) block[block_quants(type) + k] = q[quant_at(r, k)];
+    if (has_high_bits(type)) memset(block + block_high_bits(type), 0, 4);
+    for (int j = 0; has_high_bits(type) && j < QK; j++) {
+        const int bit = (masks[8 * (j / 4) + (4 * r + j % 4) / 8] >> ((4 * r + j % 4) % 8)) & 1;
+        block[block_high_bits(type) + j / 8] |= (uint8_t)(bit << (j % 8));
+    }
 }
 
 void pi_group_rows(uint32_t type, uint8_t *W, size_t row_bytes, int64_t n_rows, uint8_t *scratch) {

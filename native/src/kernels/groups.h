@@ -33,6 +33,10 @@ INLINE void group_weights(int type, const uint8_t *q, __m512i w[8]) {
         w[k] = _mm512_and_si512(v, m4);
         w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     }
+    if (!is_q5(type)) return;
+    const uint8_t *masks = q - 64; /* bit 4 of each weight, a mask per w[k] (groups.c) */
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) w[k] = _mm512_mask_add_epi8(w[k], load_u64(masks + 8 * k), w[k], _mm512_set1_epi8(16));
 }
 
 /* sum((q - offset) * qx) of each row over one block, in two chains of 4 dots so that their
@@ -98,21 +102,28 @@ INLINE void half_weights(int type, const uint8_t *q, int h, __m256i w[8]) {
         w[k] = _mm256_and_si256(v, m4);
         w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
+    if (!is_q5(type)) return;
+    const uint8_t *masks = q - 64; /* bit 4 of each weight, a mask per w[k] (groups.c); this half's 32 bits */
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) w[k] = add_bit4(w[k], (uint32_t)(load_u64(masks + 8 * k) >> (32 * h)));
 }
 
 /* sum((q - offset) * qx) of each row of a half over one block. The nibbles' 8 pair sums fit
- * int16 (8 x 2 x 15 x 127 < 32768) and widen once; Q8_0's take the sign trick and widen each. */
+ * int16 (8 x 2 x 15 x 127 < 32768) and widen once; the 5-bit quants' (2 x 31 x 127 each) widen
+ * each, as Q8_0's, which take the sign trick. */
 INLINE __m256i half_isum(int type, const __m256i w[8], const block_q8x *x) {
     const uint8_t *xq = (const uint8_t *)x->qs;
     const __m256i ones = _mm256_set1_epi16(1);
-    if (type == PI_TYPE_Q8_0) {
+    if (type == PI_TYPE_Q8_0 || is_q5(type)) {
         __m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m256i xb = _mm256_set1_epi32((int)load_u32(xq + 4 * k));
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w[k]), _mm256_sign_epi8(xb, w[k])), ones));
+            const __m256i p = type == PI_TYPE_Q8_0 ? _mm256_maddubs_epi16(_mm256_abs_epi8(w[k]), _mm256_sign_epi8(xb, w[k]))
+                                                   : _mm256_maddubs_epi16(w[k], xb);
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
         }
-        return s;
+        return _mm256_sub_epi32(s, _mm256_set1_epi32(weight_offset(type) * x->sum));
     }
     __m256i s16 = _mm256_setzero_si256();
 #pragma GCC unroll 8

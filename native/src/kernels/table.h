@@ -51,10 +51,14 @@
 #define PI_GROUPED_TABLE(fill_grouped, GROUPED)                                                                       \
     PI_GROUPED_ENTRY_(Q4_0, GROUPED)                                                                                  \
     PI_GROUPED_ENTRY_(Q4_1, GROUPED)                                                                                  \
+    PI_GROUPED_ENTRY_(Q5_0, GROUPED)                                                                                  \
+    PI_GROUPED_ENTRY_(Q5_1, GROUPED)                                                                                  \
     PI_GROUPED_ENTRY_(Q8_0, GROUPED)                                                                                  \
     static void fill_grouped(pi_kernels *k) {                                                                         \
         k->matmul_grouped[PI_TYPE_Q4_0] = grouped_Q4_0;                                                               \
         k->matmul_grouped[PI_TYPE_Q4_1] = grouped_Q4_1;                                                               \
+        k->matmul_grouped[PI_TYPE_Q5_0] = grouped_Q5_0;                                                               \
+        k->matmul_grouped[PI_TYPE_Q5_1] = grouped_Q5_1;                                                               \
         k->matmul_grouped[PI_TYPE_Q8_0] = grouped_Q8_0;                                                               \
     }
 
