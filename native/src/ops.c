@@ -120,12 +120,9 @@ void pi_token_rows(const pi_context *c, const int32_t *tokens, int n) {
             dequant(w->data + (size_t)tokens[t] * w->row_bytes, x, d);
             continue;
         }
-        /* a row of a grouped weight is one block in each of its group's blocks */
-        const size_t bb = pi_type_block_bytes(w->type);
-        const uint8_t *group = w->data + (size_t)(tokens[t] / PI_GROUP_ROWS) * PI_GROUP_ROWS * w->row_bytes;
-        for (int b = 0; b < d / QK; b++) {
+        for (int b = 0; b < d / QK; b++) { /* a grouped row: its blocks one by one out of their groups */
             uint8_t block[sizeof(block_q8_0)];
-            pi_group_unpack_block(w->type, group + (size_t)b * PI_GROUP_ROWS * bb, tokens[t] % PI_GROUP_ROWS, block);
+            pi_group_row_block(w->type, w->data, w->row_bytes, tokens[t], (size_t)b, block);
             dequant(block, x + (size_t)b * QK, QK);
         }
     }

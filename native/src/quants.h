@@ -184,10 +184,11 @@ static inline float pi_bf16_to_f32(pi_bf16 h) {
 }
 
 /* Weights in groups of PI_GROUP_ROWS rows, block by block (kernels/groups.c has the layout): the
- * types that have it (the 32-weight block formats), a group block's quants' and high bits' offsets, one group block from 16 blocks and back, a
- * whole weight of n_rows (a multiple of the group) grouped in place with room for one group in
- * scratch, and one group's rows put back in row order (the devices' uploads). The file's bytes,
- * moved: a group of rows takes the bytes of its rows. */
+ * types that have it (the 32-weight block formats), where a group block keeps its quants and its
+ * high bits, a whole weight of n_rows (a multiple of the group) grouped in place with room for
+ * one group in scratch, block b of one row as the file has it, and one group's rows put back in
+ * row order (the devices' uploads). The file's bits, moved: a group of rows takes the bytes of
+ * its rows. */
 enum { PI_GROUP_ROWS = 16 };
 #ifdef __cplusplus
 extern "C" {
@@ -195,9 +196,8 @@ extern "C" {
 int pi_groups_hold(uint32_t type);
 size_t pi_group_quants_offset(uint32_t type);
 size_t pi_group_high_bits_offset(uint32_t type); /* Q5_0, Q5_1: the 8 masks of bit 4 */
-void pi_group_pack_block(uint32_t type, const uint8_t *const *blocks, uint8_t *out);
-void pi_group_unpack_block(uint32_t type, const uint8_t *group_block, int r, uint8_t *block);
 void pi_group_rows(uint32_t type, uint8_t *W, size_t row_bytes, int64_t n_rows, uint8_t *scratch);
+void pi_group_row_block(uint32_t type, const uint8_t *W, size_t row_bytes, int64_t row, size_t b, uint8_t *block);
 void pi_group_unpack_rows(uint32_t type, const uint8_t *group, size_t row_bytes, uint8_t *rows);
 #ifdef __cplusplus
 }

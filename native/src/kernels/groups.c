@@ -2,7 +2,7 @@
  *
  * A weight of n_out rows (n_out a multiple of PI_GROUP_ROWS = 16) is stored group after group;
  * a group holds block 0 of its 16 rows, then block 1, and so on. One group block holds the 16
- * rows' fp16 scales d (and for Q4_1 their minimums m), then the quants in chunks of 64 bytes:
+ * rows' fp16 scales d (and for Q4_1 and Q5_1 their minimums m), then the quants in chunks of 64 bytes:
  * chunk j holds, for row r at bytes 4r .. 4r + 3, the row's quant bytes 4j .. 4j + 3. So one
  * 64-byte load puts four consecutive quant bytes of each of the 16 rows in its own dword lane,
  * and one dot-product instruction against four broadcast activation bytes advances all 16 rows
@@ -40,7 +40,8 @@ static size_t block_quants(uint32_t type) { return block_high_bits(type) + (has_
 /* Byte k of row r's quants, inside a group block's quants. */
 static size_t quant_at(int r, size_t k) { return (k / 4) * 64 + (size_t)r * 4 + k % 4; }
 
-void pi_group_pack_block(uint32_t type, const uint8_t *const *blocks, uint8_t *out) {
+/* One group block from the same block of 16 rows. */
+static void pack_block(uint32_t type, const uint8_t *const *blocks, uint8_t *out) {
     uint8_t *q = out + pi_group_quants_offset(type), *masks = out + pi_group_high_bits_offset(type);
     if (has_high_bits(type)) memset(masks, 0, 64);
     for (int r = 0; r < PI_GROUP_ROWS; r++) {
@@ -54,7 +55,8 @@ void pi_group_pack_block(uint32_t type, const uint8_t *const *blocks, uint8_t *o
     }
 }
 
-void pi_group_unpack_block(uint32_t type, const uint8_t *group_block, int r, uint8_t *block) {
+/* Row r's block out of a group block, as the file has it. */
+static void unpack_block(uint32_t type, const uint8_t *group_block, int r, uint8_t *block) {
     const uint8_t *q = group_block + pi_group_quants_offset(type), *masks = group_block + pi_group_high_bits_offset(type);
     memcpy(block, group_block + 2 * r, 2);
     if (has_min(type)) memcpy(block + 2, group_block + 2 * PI_GROUP_ROWS + 2 * r, 2);
@@ -74,14 +76,18 @@ void pi_group_rows(uint32_t type, uint8_t *W, size_t row_bytes, int64_t n_rows, 
         for (size_t b = 0; b < nb; b++) {
             const uint8_t *blocks[PI_GROUP_ROWS];
             for (int r = 0; r < PI_GROUP_ROWS; r++) blocks[r] = scratch + (size_t)r * row_bytes + b * bb;
-            pi_group_pack_block(type, blocks, group + b * PI_GROUP_ROWS * bb);
+            pack_block(type, blocks, group + b * PI_GROUP_ROWS * bb);
         }
     }
 }
 
+void pi_group_row_block(uint32_t type, const uint8_t *W, size_t row_bytes, int64_t row, size_t b, uint8_t *block) {
+    const uint8_t *group = W + (size_t)(row / PI_GROUP_ROWS) * PI_GROUP_ROWS * row_bytes;
+    unpack_block(type, group + b * PI_GROUP_ROWS * pi_type_block_bytes(type), (int)(row % PI_GROUP_ROWS), block);
+}
+
 void pi_group_unpack_rows(uint32_t type, const uint8_t *group, size_t row_bytes, uint8_t *rows) {
     const size_t bb = pi_type_block_bytes(type), nb = row_bytes / bb;
-    for (size_t b = 0; b < nb; b++)
-        for (int r = 0; r < PI_GROUP_ROWS; r++)
-            pi_group_unpack_block(type, group + b * PI_GROUP_ROWS * bb, r, rows + (size_t)r * row_bytes + b * bb);
+    for (int r = 0; r < PI_GROUP_ROWS; r++)
+        for (size_t b = 0; b < nb; b++) pi_group_row_block(type, group, row_bytes, r, b, rows + (size_t)r * row_bytes + b * bb);
 }

@@ -19,8 +19,9 @@ enum {
 
 #if defined(__AVX512VNNI__)
 
-/* The 8 weight vectors of a group block: w[k] holds weights 4k .. 4k + 3 of each row, unsigned. */
-INLINE void group_weights(int type, const uint8_t *q, __m512i w[8]) {
+/* The 8 weight vectors of group block p: w[k] holds weights 4k .. 4k + 3 of each row, unsigned. */
+INLINE void group_weights(int type, const uint8_t *p, __m512i w[8]) {
+    const uint8_t *q = p + pi_group_quants_offset((uint32_t)type);
     if (type == PI_TYPE_Q8_0) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) w[k] = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * k), _mm512_set1_epi8((char)0x80));
@@ -34,7 +35,7 @@ INLINE void group_weights(int type, const uint8_t *q, __m512i w[8]) {
         w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     }
     if (!is_q5(type)) return;
-    const uint8_t *masks = q - 64; /* bit 4 of each weight, a mask per w[k] (groups.c) */
+    const uint8_t *masks = p + pi_group_high_bits_offset((uint32_t)type); /* bit 4 of each weight, a mask per w[k] */
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) w[k] = _mm512_mask_add_epi8(w[k], load_u64(masks + 8 * k), w[k], _mm512_set1_epi8(16));
 }
@@ -73,7 +74,7 @@ INLINE void group_tile(int type, int T, const uint8_t *group, uintptr_t ahead, p
         const __m512 m = has_min(type) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2 * PI_GROUP_ROWS)))
                                        : _mm512_setzero_ps();
         __m512i w[8];
-        group_weights(type, p + pi_group_quants_offset((uint32_t)type), w);
+        group_weights(type, p, w);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const block_q8x *xb = xs[t] + b;
@@ -88,8 +89,10 @@ INLINE void group_tile(int type, int T, const uint8_t *group, uintptr_t ahead, p
 
 #else /* AVX2: the group as two halves of 8 rows, bytes 0-31 and 32-63 of each 64-byte chunk */
 
-/* w[k]: weights 4k .. 4k + 3 of each row of half h; Q8_0 stays signed (weight_offset() says why) */
-INLINE void half_weights(int type, const uint8_t *q, int h, __m256i w[8]) {
+/* w[k]: weights 4k .. 4k + 3 of each row of half h of group block p; Q8_0 stays signed
+ * (weight_offset() says why) */
+INLINE void half_weights(int type, const uint8_t *p, int h, __m256i w[8]) {
+    const uint8_t *q = p + pi_group_quants_offset((uint32_t)type);
     if (type == PI_TYPE_Q8_0) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) w[k] = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h));
@@ -103,7 +106,7 @@ INLINE void half_weights(int type, const uint8_t *q, int h, __m256i w[8]) {
         w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
     if (!is_q5(type)) return;
-    const uint8_t *masks = q - 64; /* bit 4 of each weight, a mask per w[k] (groups.c); this half's 32 bits */
+    const uint8_t *masks = p + pi_group_high_bits_offset((uint32_t)type); /* a mask per w[k]; this half's 32 bits */
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) w[k] = add_bit4(w[k], (uint32_t)(load_u64(masks + 8 * k) >> (32 * h)));
 }
@@ -153,7 +156,7 @@ INLINE void group_tile(int type, int T, const uint8_t *group, uintptr_t ahead, p
             const __m256 m = has_min(type) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * PI_GROUP_ROWS + 16 * h)))
                                            : _mm256_setzero_ps();
             __m256i w[8];
-            half_weights(type, p + pi_group_quants_offset((uint32_t)type), h, w);
+            half_weights(type, p, h, w);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const block_q8x *xb = xs[t] + b;

@@ -125,24 +125,19 @@ static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx
     }
 }
 
-/* Over grouped weights: each block of a row taken back out of its group, then the same dot,
- * so that the result is the row-major one to the bit. */
+/* Over grouped weights: each block of a row taken back out of its group (once, for every token),
+ * then the same dot in the same order, so that the result is the row-major one to the bit. */
 static void matmul_grouped(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
                            pi_act x, int nt, float *Y, int y_stride) {
-    const size_t bb = pi_type_block_bytes((uint32_t)type);
     const int nb = x.n / QK;
     (void)idx;
     for (int i = 0; i < nr; i++) {
-        const uint8_t *group = (const uint8_t *)W + (size_t)((r0 + i) / PI_GROUP_ROWS) * PI_GROUP_ROWS * row_bytes;
-        for (int t = 0; t < nt; t++) {
-            float sum = 0.0f;
-            for (int b = 0; b < nb; b++) {
-                uint8_t block[sizeof(block_q8_0)];
-                pi_group_unpack_block((uint32_t)type, group + (size_t)b * PI_GROUP_ROWS * bb, (r0 + i) % PI_GROUP_ROWS,
-                                      block);
-                sum += pi_ref_dot_blocks(type, block, x.q + (size_t)t * nb + b, 0, 1);
-            }
-            Y[(size_t)t * y_stride + i] = sum;
+        for (int t = 0; t < nt; t++) Y[(size_t)t * y_stride + i] = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            uint8_t block[sizeof(block_q8_0)];
+            pi_group_row_block((uint32_t)type, W, row_bytes, r0 + i, (size_t)b, block);
+            for (int t = 0; t < nt; t++)
+                Y[(size_t)t * y_stride + i] += pi_ref_dot_blocks(type, block, x.q + (size_t)t * nb + b, 0, 1);
         }
     }
 }
