@@ -37,6 +37,8 @@ typedef struct { kv a; } krun; /* a run's sum of q x */
 INLINE kv kv_load(const uint8_t *chunk, int h) { (void)h; return _mm512_loadu_si512(chunk); }
 INLINE kv kv_and(kv a, kv b) { return _mm512_and_si512(a, b); }
 INLINE kv kv_or(kv a, kv b) { return _mm512_or_si512(a, b); }
+/* (a & m) | b in one instruction */
+INLINE kv kv_merge(kv a, kv b, kv m) { return _mm512_ternarylogic_epi32(a, b, m, 0xec); }
 INLINE kv kv_add(kv a, kv b) { return _mm512_add_epi32(a, b); }
 INLINE kv kv_srli16(kv a, int n) { return _mm512_srli_epi16(a, (unsigned)n); }
 INLINE kv kv_slli16(kv a, int n) { return _mm512_slli_epi16(a, (unsigned)n); }
@@ -86,6 +88,7 @@ typedef struct { kv s16; } krun; /* vpmaddubsw's pair sums since the last spill 
 INLINE kv kv_load(const uint8_t *chunk, int h) { return _mm256_loadu_si256((const __m256i *)(chunk + 32 * h)); }
 INLINE kv kv_and(kv a, kv b) { return _mm256_and_si256(a, b); }
 INLINE kv kv_or(kv a, kv b) { return _mm256_or_si256(a, b); }
+INLINE kv kv_merge(kv a, kv b, kv m) { return _mm256_or_si256(_mm256_and_si256(a, m), b); }
 INLINE kv kv_add(kv a, kv b) { return _mm256_add_epi32(a, b); }
 INLINE kv kv_srli16(kv a, int n) { return _mm256_srli_epi16(a, n); }
 INLINE kv kv_slli16(kv a, int n) { return _mm256_slli_epi16(a, n); }
@@ -152,8 +155,8 @@ INLINE void kg_weights(int type, const uint8_t *p, int h, int u, int k, kv *w0, 
         const int half = u / 4, pp = u % 2, j = 16 * (u / 2 % 2) + 4 * k;
         const kv ql = kv_load(p + KG(q6_K, ql) + 16 * (64 * half + 32 * pp + j), h);
         const kv qh = kv_load(p + KG(q6_K, qh) + 16 * (32 * half + j), h), m30 = kv_bytes(0x30);
-        *w0 = kv_or(kv_and(ql, m4), kv_and(kv_slli16(qh, 4 - 2 * pp), m30));
-        *w1 = kv_or(kv_and(kv_srli16(ql, 4), m4), kv_and(kv_srli16(qh, 2 * pp), m30));
+        *w0 = kv_merge(ql, kv_and(kv_slli16(qh, 4 - 2 * pp), m30), m4);
+        *w1 = kv_merge(kv_srli16(ql, 4), kv_and(kv_srli16(qh, 2 * pp), m30), m4);
         return;
     }
     const size_t qs = type == PI_TYPE_Q5_K ? KG(q5_K, qs) : KG(q4_K, qs);
