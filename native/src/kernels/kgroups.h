@@ -29,25 +29,36 @@
 /* Where field f of a K-quant super-block starts in its group super-block. */
 #define KG(fmt, f) (PI_GROUP_ROWS * offsetof(block_##fmt, f))
 
+/* The operations both tiers spell alike, but for the prefix P (_mm512, _mm256) and the integer
+ * vector's suffix S (si512, si256). */
+#define KG_OPS(P, S)                                                                        \
+    INLINE kv kv_and(kv a, kv b) { return P##_and_##S(a, b); }                              \
+    INLINE kv kv_or(kv a, kv b) { return P##_or_##S(a, b); }                                \
+    INLINE kv kv_add(kv a, kv b) { return P##_add_epi32(a, b); }                            \
+    INLINE kv kv_srli16(kv a, int n) { return P##_srli_epi16(a, (unsigned)n); }             \
+    INLINE kv kv_slli16(kv a, int n) { return P##_slli_epi16(a, (unsigned)n); }             \
+    INLINE kv kv_srli32(kv a, int n) { return P##_srli_epi32(a, (unsigned)n); }             \
+    INLINE kv kv_bytes(int v) { return P##_set1_epi8((char)v); }                            \
+    INLINE kv kv_dwords(int v) { return P##_set1_epi32(v); }                                \
+    INLINE kv kv_zero(void) { return P##_setzero_##S(); }                                   \
+    INLINE kf kf_of(kv v) { return P##_cvtepi32_ps(v); }                                    \
+    INLINE kf kf_set(float v) { return P##_set1_ps(v); }                                    \
+    INLINE kf kf_zero(void) { return P##_setzero_ps(); }                                    \
+    INLINE kf kf_fma(kf a, kf b, kf c) { return P##_fmadd_ps(a, b, c); }                    \
+    INLINE kf kf_fnma(kf a, kf b, kf c) { return P##_fnmadd_ps(a, b, c); }                  \
+    INLINE kf kf_mul(kf a, kf b) { return P##_mul_ps(a, b); }
+
 #if defined(__AVX512VNNI__)
 
 enum { KG_HALVES = 1 }; /* row vectors per group: one zmm of 16 rows */
 typedef __m512i kv;
 typedef __m512 kf;
 typedef struct { kv a; } krun; /* a run's sum of q x */
+KG_OPS(_mm512, si512)
 
 INLINE kv kv_load(const uint8_t *chunk, int h) { (void)h; return _mm512_loadu_si512(chunk); }
-INLINE kv kv_and(kv a, kv b) { return _mm512_and_si512(a, b); }
-INLINE kv kv_or(kv a, kv b) { return _mm512_or_si512(a, b); }
 /* (a & m) | b in one instruction */
 INLINE kv kv_merge(kv a, kv b, kv m) { return _mm512_ternarylogic_epi32(a, b, m, 0xec); }
-INLINE kv kv_add(kv a, kv b) { return _mm512_add_epi32(a, b); }
-INLINE kv kv_srli16(kv a, int n) { return _mm512_srli_epi16(a, (unsigned)n); }
-INLINE kv kv_slli16(kv a, int n) { return _mm512_slli_epi16(a, (unsigned)n); }
-INLINE kv kv_srli32(kv a, int n) { return _mm512_srli_epi32(a, (unsigned)n); }
-INLINE kv kv_bytes(int v) { return _mm512_set1_epi8((char)v); }
-INLINE kv kv_dwords(int v) { return _mm512_set1_epi32(v); }
-INLINE kv kv_zero(void) { return _mm512_setzero_si512(); }
 /* acc + a * b over int16 pairs into dwords */
 INLINE kv kv_dot16(kv acc, kv a, kv b) { return _mm512_dpwssd_epi32(acc, a, b); }
 
@@ -73,12 +84,6 @@ INLINE kv krun_end(int type, krun r, int init, kv sc, kv itot) {
 INLINE int kg_spill_every(int type) { (void)type; return 8; }
 
 INLINE kf kf_halves(const uint8_t *p, int h) { (void)h; return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
-INLINE kf kf_of(kv v) { return _mm512_cvtepi32_ps(v); }
-INLINE kf kf_set(float v) { return _mm512_set1_ps(v); }
-INLINE kf kf_zero(void) { return _mm512_setzero_ps(); }
-INLINE kf kf_fma(kf a, kf b, kf c) { return _mm512_fmadd_ps(a, b, c); }
-INLINE kf kf_fnma(kf a, kf b, kf c) { return _mm512_fnmadd_ps(a, b, c); }
-INLINE kf kf_mul(kf a, kf b) { return _mm512_mul_ps(a, b); }
 INLINE void kf_store(float *y, int h, kf a) { (void)h; _mm512_storeu_ps(y, a); }
 
 #else /* AVX2: half h of the group, rows 8h .. 8h + 7, bytes 32h .. 32h + 31 of each chunk */
@@ -87,18 +92,10 @@ enum { KG_HALVES = 2 };
 typedef __m256i kv;
 typedef __m256 kf;
 typedef struct { kv s16; } krun; /* vpmaddubsw's pair sums since the last spill */
+KG_OPS(_mm256, si256)
 
 INLINE kv kv_load(const uint8_t *chunk, int h) { return _mm256_loadu_si256((const __m256i *)(chunk + 32 * h)); }
-INLINE kv kv_and(kv a, kv b) { return _mm256_and_si256(a, b); }
-INLINE kv kv_or(kv a, kv b) { return _mm256_or_si256(a, b); }
 INLINE kv kv_merge(kv a, kv b, kv m) { return _mm256_or_si256(_mm256_and_si256(a, m), b); }
-INLINE kv kv_add(kv a, kv b) { return _mm256_add_epi32(a, b); }
-INLINE kv kv_srli16(kv a, int n) { return _mm256_srli_epi16(a, n); }
-INLINE kv kv_slli16(kv a, int n) { return _mm256_slli_epi16(a, n); }
-INLINE kv kv_srli32(kv a, int n) { return _mm256_srli_epi32(a, n); }
-INLINE kv kv_bytes(int v) { return _mm256_set1_epi8((char)v); }
-INLINE kv kv_dwords(int v) { return _mm256_set1_epi32(v); }
-INLINE kv kv_zero(void) { return _mm256_setzero_si256(); }
 INLINE kv kv_dot16(kv acc, kv a, kv b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
 
 /* Byte b of each dword as the scale vpmaddwd multiplies a run's int16 pair by: (s, s), zero- or
@@ -130,12 +127,6 @@ INLINE kv krun_end(int type, krun r, int init, kv sc, kv itot) {
 INLINE int kg_spill_every(int type) { return type == PI_TYPE_Q4_K ? 8 : type == PI_TYPE_Q5_K ? 4 : 2; }
 
 INLINE kf kf_halves(const uint8_t *p, int h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * h))); }
-INLINE kf kf_of(kv v) { return _mm256_cvtepi32_ps(v); }
-INLINE kf kf_set(float v) { return _mm256_set1_ps(v); }
-INLINE kf kf_zero(void) { return _mm256_setzero_ps(); }
-INLINE kf kf_fma(kf a, kf b, kf c) { return _mm256_fmadd_ps(a, b, c); }
-INLINE kf kf_fnma(kf a, kf b, kf c) { return _mm256_fnmadd_ps(a, b, c); }
-INLINE kf kf_mul(kf a, kf b) { return _mm256_mul_ps(a, b); }
 INLINE void kf_store(float *y, int h, kf a) { _mm256_storeu_ps(y + 8 * h, a); }
 
 #endif
