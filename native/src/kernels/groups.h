@@ -6,7 +6,8 @@
  * AVX2, 8 per ymm half of 8 rows, 2 instructions each) and, for all 16 rows at once, the offset
  * of the stored quants taken off in integers (offset * sum(qx), exact), one conversion and one
  * FMA, y += (d dx) isum, plus Q4_1's m sx with sx = dx sum(qx). The row-major tiles (walk.h) do
- * that float work once per row; here once per 16 rows.
+ * that float work once per row; here once per 16 rows. The K-quants' tile (kgroups.h) takes the
+ * same walk.
  * Private to native/src/kernels. */
 #ifndef PI_KERNELS_GROUPS_H
 #define PI_KERNELS_GROUPS_H
