@@ -84,9 +84,12 @@ size_t pi_group_quants_offset(uint32_t type) {
     return PI_GROUP_ROWS * f[fields_of(type, f) - 1].offset; /* qs, their last field */
 }
 
-/* Where byte k of row r's field f (a field of whole bytes) lies in the group block. */
-static size_t byte_at(const field *f, int r, size_t k) {
-    return PI_GROUP_ROWS * f->offset + (f->kind == HALF ? 2 * (size_t)r + k : (k / 4) * 64 + (size_t)r * 4 + k % 4);
+/* A field of whole bytes moves in pieces: an fp16 whole, a byte array 4 bytes at a time. Where
+ * row r's piece k lies in the group block. */
+static size_t piece_bytes(const field *f) { return f->kind == HALF ? 2 : 4; }
+
+static size_t piece_at(const field *f, int r, size_t k) {
+    return PI_GROUP_ROWS * f->offset + (f->kind == HALF ? 2 * (size_t)r : 64 * k + 4 * (size_t)r);
 }
 
 /* Where bit j of row r's qh word lies in the masks: bit 4r + j % 4 of mask j / 4. */
@@ -98,19 +101,23 @@ static void set_bit(uint8_t *p, size_t i, int v) { p[i / 8] = (uint8_t)((p[i / 8
 
 /* One group block from the same block of 16 rows (the row r part of it), and row r's block back out. */
 static void pack_block(const field *f, int nf, const uint8_t *block, int r, uint8_t *group_block) {
-    for (int i = 0; i < nf; i++)
-        for (size_t k = 0; k < (f[i].kind == BITS ? 8 : 1) * f[i].bytes; k++) {
-            if (f[i].kind == BITS) set_bit(group_block, bit_at(&f[i], r, (int)k), bit(block + f[i].offset, k));
-            else group_block[byte_at(&f[i], r, k)] = block[f[i].offset + k];
-        }
+    for (int i = 0; i < nf; i++) {
+        const size_t n = f[i].bytes / piece_bytes(&f[i]);
+        for (size_t k = 0; f[i].kind != BITS && k < n; k++)
+            memcpy(group_block + piece_at(&f[i], r, k), block + f[i].offset + k * piece_bytes(&f[i]), piece_bytes(&f[i]));
+        for (int j = 0; f[i].kind == BITS && j < 8 * (int)f[i].bytes; j++)
+            set_bit(group_block, bit_at(&f[i], r, j), bit(block + f[i].offset, (size_t)j));
+    }
 }
 
 static void unpack_block(const field *f, int nf, const uint8_t *group_block, int r, uint8_t *block) {
-    for (int i = 0; i < nf; i++)
-        for (size_t k = 0; k < (f[i].kind == BITS ? 8 : 1) * f[i].bytes; k++) {
-            if (f[i].kind == BITS) set_bit(block + f[i].offset, k, bit(group_block, bit_at(&f[i], r, (int)k)));
-            else block[f[i].offset + k] = group_block[byte_at(&f[i], r, k)];
-        }
+    for (int i = 0; i < nf; i++) {
+        const size_t n = f[i].bytes / piece_bytes(&f[i]);
+        for (size_t k = 0; f[i].kind != BITS && k < n; k++)
+            memcpy(block + f[i].offset + k * piece_bytes(&f[i]), group_block + piece_at(&f[i], r, k), piece_bytes(&f[i]));
+        for (int j = 0; f[i].kind == BITS && j < 8 * (int)f[i].bytes; j++)
+            set_bit(block + f[i].offset, (size_t)j, bit(group_block, bit_at(&f[i], r, j)));
+    }
 }
 
 void pi_group_rows(uint32_t type, uint8_t *W, size_t row_bytes, int64_t n_rows, uint8_t *scratch) {
