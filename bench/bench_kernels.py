@@ -1,4 +1,4 @@
-"""Micro-benchmark of the CPU matmul kernels at SmolLM2-135M's and the 1.1B model's shapes, one thread.
+"""Micro-benchmark of the CPU matmul kernels at SmolLM2-135M's, the 1.1B model's and Gemma 3 270M's shapes, one thread.
 
 First the machine's int8 dot-product peak (bench/int8_peak.c, compiled here with cc): the
 throughput of independent chains of vpdpbusd (zmm, ymm) and of AVX2's vpmaddubsw + vpmaddwd
@@ -6,7 +6,7 @@ pair, one thread and every thread, in GOP/s (a MAC is 2 ops).
 
 Then for every kernel tier and shape the time of one pi_kernel_matmul call (which also
 quantizes the activation, as the forward pass does), for the row-major layout and for the
-grouped one the loader gives the 32-weight block formats (pi_kernel_group_rows), the weight
+grouped one the loader gives the 32-weight block formats and Q4_K / Q5_K / Q6_K (pi_kernel_group_rows), the weight
 bytes streamed per second, the effective GOP/s (2 * rows * n * nt / time) and its share of the
 one-thread peak of the tier's instruction (vpdpbusd zmm for avx512, the AVX2 pair for avx2):
 
@@ -33,15 +33,22 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
+from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import quantize
 
 from pypowerinfer._ffi import check, ffi, lib
 
 IMPLS = {"ref": 1, "avx2": 2, "avx512": 3}
 # (type, n = inputs per row, rows): ffn_gate/ffn_up, ffn_down, the tied output matrix.
-# The 1.1B model's (TinyLlama's dims) ffn_up and ffn_down in Q4_0.
-SHAPES = [("Q4_1", 576, 1536), ("Q4_1", 1536, 576), ("Q8_0", 576, 49152), ("Q4_0", 2048, 5632), ("Q4_0", 5632, 2048)]
-GROUPED = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"}
+# The 1.1B model's (TinyLlama's dims) ffn_up and ffn_down in Q4_0. Gemma 3 270M's K-quant weights
+# (attn_output Q4_K, ffn_down Q4_K or Q6_K: its 640-wide rows are 32-weight formats), and the K-quants
+# at the 1.1B's ffn_up.
+SHAPES = [("Q4_1", 576, 1536), ("Q4_1", 1536, 576), ("Q8_0", 576, 49152), ("Q4_0", 2048, 5632), ("Q4_0", 5632, 2048),
+          ("Q4_K", 1024, 640), ("Q4_K", 2048, 640), ("Q6_K", 2048, 640), ("Q4_K", 2048, 5632), ("Q6_K", 2048, 5632)]
+GROUPED = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
+# Where a K-quant super-block keeps its fp16 d (and dmin): gguf-py cannot quantize to these, so the
+# benchmark takes random bytes and sets these to a small scale.
+K_SCALES_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 PEAK_OF = {"avx512": "vpdpbusd zmm", "avx2": "vpmaddubsw+vpmaddwd ymm"}
 COLD_BYTES = 128 << 20
 # (type, rows = n_ff, d = n_embd) of ffn_down_t, and the shares of active rows.
@@ -56,6 +63,12 @@ def impl_available(impl: str) -> bool:
 
 
 def encode(qtype: str, rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    if qtype in K_SCALES_AT:
+        block = GGML_QUANT_SIZES[QT[qtype]][1]
+        w = rng.integers(0, 256, (rows * n // 256, block), dtype=np.uint8)
+        for at in K_SCALES_AT[qtype]:
+            w[:, at:at + 2] = np.float16(1e-4).reshape(1).view(np.uint8)
+        return w.reshape(rows, -1)
     data = rng.standard_normal((rows, n), dtype=np.float32) * 0.05
     return np.ascontiguousarray(quantize(data, QT[qtype])).view(np.uint8)
 
@@ -101,10 +114,12 @@ def time_calls(qtype: str, impl: str, weights: list[np.ndarray], rows: int, n: i
 
 
 def bench_matmul(impls: list[str], nts: list[int], seconds_each: float, rng: np.random.Generator,
-                 peak: dict[str, tuple[float, float]]) -> None:
+                 peak: dict[str, tuple[float, float]], types: list[str] | None) -> None:
     print(f"{'impl':7} {'layout':7} {'type':5} {'n x rows':>11} {'nt':>3} {'hot ms':>9} {'hot GB/s':>9} "
           f"{'cold GB/s':>9} {'GOP/s':>8} {'of peak':>7}")
     for qtype, n, rows in SHAPES:
+        if types and qtype not in types:
+            continue
         first = encode(qtype, rows, n, rng)
         copies = [first] + [first.copy() for _ in range(max(1, COLD_BYTES // first.nbytes))]
         layouts = {"rows": copies}
@@ -179,6 +194,7 @@ def main() -> None:
     parser.add_argument("--nt", type=int, action="append", help="token counts (default: 1, 8, 64)")
     parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
     parser.add_argument("--only", choices=["matmul", "axpy"], help="run one part (default: both)")
+    parser.add_argument("--type", action="append", help="the matmul shapes of these weight types only")
     args = parser.parse_args()
     impls = [i for i in (args.impl or IMPLS) if impl_available(i)]
     nts = args.nt or [1, 8, 64]
@@ -189,7 +205,7 @@ def main() -> None:
         print(f"int8 dot peak, GOP/s: {'instruction':24} {'1 thread':>9} {f'{os.cpu_count()} threads':>10}")
         for name, (one, every) in peak.items():
             print(f"{'':22}{name:24} {one:9.1f} {every:10.1f}")
-        bench_matmul(impls, nts, args.seconds, rng, peak)
+        bench_matmul(impls, nts, args.seconds, rng, peak, args.type)
     if args.only != "matmul":
         bench_axpy(impls, args.seconds, rng)
 

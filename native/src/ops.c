@@ -120,10 +120,11 @@ void pi_token_rows(const pi_context *c, const int32_t *tokens, int n) {
             dequant(w->data + (size_t)tokens[t] * w->row_bytes, x, d);
             continue;
         }
-        for (int b = 0; b < d / QK; b++) { /* a grouped row: its blocks one by one out of their groups */
-            uint8_t block[sizeof(block_q8_0)];
-            pi_group_row_block(w->type, w->data, w->row_bytes, tokens[t], (size_t)b, block);
-            dequant(block, x + (size_t)b * QK, QK);
+        const int bs = pi_type_block_size(w->type);
+        for (int b = 0; b < d / bs; b++) { /* a grouped row: its blocks one by one out of their groups */
+            pi_any_block block;
+            pi_group_row_block(w->type, w->data, w->row_bytes, tokens[t], (size_t)b, (uint8_t *)&block);
+            dequant(&block, x + (size_t)b * bs, bs);
         }
     }
 }

@@ -89,6 +89,10 @@ static_assert(sizeof(block_q4_K) == 144, "q4_K block");
 static_assert(sizeof(block_q5_K) == 176, "q5_K block");
 static_assert(sizeof(block_q6_K) == 210, "q6_K block");
 
+/* Room for one block of any type we run. */
+#define PI_BLOCK_ROOM_(T, id, name, bs, bb, ...) uint8_t T[bb];
+typedef union { PI_TYPES(PI_BLOCK_ROOM_, ~) } pi_any_block;
+
 /* Host and CUDA code share the per-type facts below. */
 #ifdef __CUDACC__
 #define PI_HOST_DEVICE __host__ __device__
@@ -184,7 +188,7 @@ static inline float pi_bf16_to_f32(pi_bf16 h) {
 }
 
 /* Weights in groups of PI_GROUP_ROWS rows, block by block (kernels/groups.c has the layout): the
- * types that have it (the 32-weight block formats), where a group block keeps its quants and its
+ * types that have it (the 32-weight block formats, Q4_K, Q5_K, Q6_K), where a group block keeps its quants and its
  * high bits, a whole weight of n_rows (a multiple of the group) grouped in place with room for
  * one group in scratch, block b of one row as the file has it, and one group's rows put back in
  * row order (the devices' uploads). The file's bits, moved: a group of rows takes the bytes of

@@ -1,89 +1,144 @@
 /* groups.c - weights interleaved in groups of rows, the layout the grouped matmul streams.
  *
  * A weight of n_out rows (n_out a multiple of PI_GROUP_ROWS = 16) is stored group after group;
- * a group holds block 0 of its 16 rows, then block 1, and so on. One group block holds the 16
- * rows' fp16 scales d (and for Q4_1 and Q5_1 their minimums m), then the quants in chunks of 64 bytes:
- * chunk j holds, for row r at bytes 4r .. 4r + 3, the row's quant bytes 4j .. 4j + 3. So one
- * 64-byte load puts four consecutive quant bytes of each of the 16 rows in its own dword lane,
- * and one dot-product instruction against four broadcast activation bytes advances all 16 rows
- * at once: the activations are read once per group, not once per row, and the per-block float
- * work is done for 16 rows in one vector.
+ * a group holds block 0 of its 16 rows, then block 1, and so on. A group block is the block's
+ * fields in their order, each field of L bytes taking the 16 L bytes of its 16 rows, at 16 times
+ * its offset in the block: an fp16 (d, m, dmin) as the 16 rows' values side by side, so one load
+ * converts them all; a byte array (quants, K-quant scales) in chunks of 64 bytes, chunk j holding,
+ * for row r at bytes 4r .. 4r + 3, the row's bytes 4j .. 4j + 3. So one 64-byte load puts four
+ * consecutive quant bytes of each of the 16 rows in its own dword lane, and one dot-product
+ * instruction against four broadcast activation bytes advances all 16 rows at once: the
+ * activations are read once per group, not once per row, and the per-block float work is done
+ * for 16 rows in one vector.
  *
  * For the 4-bit formats a quant byte holds weight k in its low nibble and weight k + 16 in its
  * high one (as in their blocks), so the low nibbles of chunk j are weights 4j .. 4j + 3 and the
  * high ones weights 16 + 4j ..; for Q8_0 chunk j is weights 4j .. 4j + 3. So in every format the
  * k-th 4-byte group of a row holds its weights 4k .. 4k + 3. The 5-bit formats' high bits are
  * regrouped the same way, into 8 masks of 64 bits before the quants: bit 4r + i of mask k is bit
- * 4 of row r's weight 4k + i, so that one masked byte add sets them for 16 rows at once. A group
- * block has exactly the bytes of its 16 blocks, moved. */
+ * 4 of row r's weight 4k + i, so that one masked byte add sets them for 16 rows at once. The
+ * K-quants' fields keep their bytes (kgroups.h reads them). A group block has exactly the bytes
+ * of its 16 blocks, moved. */
+#include <stddef.h>
 #include <string.h>
 
 #include "kernels.h"
 
 int pi_groups_hold(uint32_t type) {
-    return type == PI_TYPE_Q4_0 || type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_0 || type == PI_TYPE_Q5_1 ||
-           type == PI_TYPE_Q8_0;
-}
-
-static int has_min(uint32_t type) { return type == PI_TYPE_Q4_1 || type == PI_TYPE_Q5_1; }
-static int has_high_bits(uint32_t type) { return type == PI_TYPE_Q5_0 || type == PI_TYPE_Q5_1; }
-
-size_t pi_group_high_bits_offset(uint32_t type) { return (has_min(type) ? 4 : 2) * PI_GROUP_ROWS; }
-
-size_t pi_group_quants_offset(uint32_t type) { return pi_group_high_bits_offset(type) + (has_high_bits(type) ? 64 : 0); }
-
-/* A block's quant bytes, and where they and its high bits (qh) start in it. */
-static size_t quant_bytes(uint32_t type) { return type == PI_TYPE_Q8_0 ? QK : QK / 2; }
-static size_t block_high_bits(uint32_t type) { return has_min(type) ? 4 : 2; }
-static size_t block_quants(uint32_t type) { return block_high_bits(type) + (has_high_bits(type) ? 4 : 0); }
-
-/* Byte k of row r's quants, inside a group block's quants. */
-static size_t quant_at(int r, size_t k) { return (k / 4) * 64 + (size_t)r * 4 + k % 4; }
-
-/* One group block from the same block of 16 rows. */
-static void pack_block(uint32_t type, const uint8_t *const *blocks, uint8_t *out) {
-    uint8_t *q = out + pi_group_quants_offset(type), *masks = out + pi_group_high_bits_offset(type);
-    if (has_high_bits(type)) memset(masks, 0, 64);
-    for (int r = 0; r < PI_GROUP_ROWS; r++) {
-        memcpy(out + 2 * r, blocks[r], 2); /* d */
-        if (has_min(type)) memcpy(out + 2 * PI_GROUP_ROWS + 2 * r, blocks[r] + 2, 2); /* m */
-        for (size_t k = 0; k < quant_bytes(type); k++) q[quant_at(r, k)] = blocks[r][block_quants(type) + k];
-        for (int j = 0; has_high_bits(type) && j < QK; j++) { /* bit j of qh -> bit 4r + j % 4 of mask j / 4 */
-            const int bit = (blocks[r][block_high_bits(type) + j / 8] >> (j % 8)) & 1;
-            masks[8 * (j / 4) + (4 * r + j % 4) / 8] |= (uint8_t)(bit << ((4 * r + j % 4) % 8));
-        }
+    switch (type) {
+    case PI_TYPE_Q4_0:
+    case PI_TYPE_Q4_1:
+    case PI_TYPE_Q5_0:
+    case PI_TYPE_Q5_1:
+    case PI_TYPE_Q8_0:
+    case PI_TYPE_Q4_K:
+    case PI_TYPE_Q5_K:
+    case PI_TYPE_Q6_K: return 1;
+    default: return 0;
     }
 }
 
-/* Row r's block out of a group block, as the file has it. */
-static void unpack_block(uint32_t type, const uint8_t *group_block, int r, uint8_t *block) {
-    const uint8_t *q = group_block + pi_group_quants_offset(type), *masks = group_block + pi_group_high_bits_offset(type);
-    memcpy(block, group_block + 2 * r, 2);
-    if (has_min(type)) memcpy(block + 2, group_block + 2 * PI_GROUP_ROWS + 2 * r, 2);
-    for (size_t k = 0; k < quant_bytes(type); k++) block[block_quants(type) + k] = q[quant_at(r, k)];
-    if (has_high_bits(type)) memset(block + block_high_bits(type), 0, 4);
-    for (int j = 0; has_high_bits(type) && j < QK; j++) {
-        const int bit = (masks[8 * (j / 4) + (4 * r + j % 4) / 8] >> ((4 * r + j % 4) % 8)) & 1;
-        block[block_high_bits(type) + j / 8] |= (uint8_t)(bit << (j % 8));
+/* A block's fields, in order: fp16 values, byte arrays, and the 5-bit formats' qh words, whose
+ * bits go into masks one by one. */
+enum { HALF, BYTES, BITS };
+typedef struct {
+    size_t offset, bytes;
+    int kind;
+} field;
+
+#define FIELD(fmt, f, kind) { offsetof(block_##fmt, f), sizeof(((block_##fmt *)0)->f), kind }
+
+/* The fields of a type with the grouped layout, and how many. */
+static int fields_of(uint32_t type, field f[5]) {
+    switch (type) {
+    case PI_TYPE_Q4_0: return f[0] = (field)FIELD(q4_0, d, HALF), f[1] = (field)FIELD(q4_0, qs, BYTES), 2;
+    case PI_TYPE_Q4_1:
+        return f[0] = (field)FIELD(q4_1, d, HALF), f[1] = (field)FIELD(q4_1, m, HALF), f[2] = (field)FIELD(q4_1, qs, BYTES), 3;
+    case PI_TYPE_Q5_0:
+        return f[0] = (field)FIELD(q5_0, d, HALF), f[1] = (field)FIELD(q5_0, qh, BITS), f[2] = (field)FIELD(q5_0, qs, BYTES), 3;
+    case PI_TYPE_Q5_1:
+        return f[0] = (field)FIELD(q5_1, d, HALF), f[1] = (field)FIELD(q5_1, m, HALF), f[2] = (field)FIELD(q5_1, qh, BITS),
+               f[3] = (field)FIELD(q5_1, qs, BYTES), 4;
+    case PI_TYPE_Q8_0: return f[0] = (field)FIELD(q8_0, d, HALF), f[1] = (field)FIELD(q8_0, qs, BYTES), 2;
+    case PI_TYPE_Q4_K:
+        return f[0] = (field)FIELD(q4_K, d, HALF), f[1] = (field)FIELD(q4_K, dmin, HALF),
+               f[2] = (field)FIELD(q4_K, scales, BYTES), f[3] = (field)FIELD(q4_K, qs, BYTES), 4;
+    case PI_TYPE_Q5_K:
+        return f[0] = (field)FIELD(q5_K, d, HALF), f[1] = (field)FIELD(q5_K, dmin, HALF),
+               f[2] = (field)FIELD(q5_K, scales, BYTES), f[3] = (field)FIELD(q5_K, qh, BYTES),
+               f[4] = (field)FIELD(q5_K, qs, BYTES), 5;
+    case PI_TYPE_Q6_K:
+        return f[0] = (field)FIELD(q6_K, ql, BYTES), f[1] = (field)FIELD(q6_K, qh, BYTES),
+               f[2] = (field)FIELD(q6_K, scales, BYTES), f[3] = (field)FIELD(q6_K, d, HALF), 4;
+    default: PI_BAD_TYPE();
+    }
+}
+
+/* Where a field of 32-weight blocks starts in a group block: 16 times its place in the block. */
+size_t pi_group_high_bits_offset(uint32_t type) {
+    return PI_GROUP_ROWS * (type == PI_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh));
+}
+
+size_t pi_group_quants_offset(uint32_t type) {
+    field f[5];
+    return PI_GROUP_ROWS * f[fields_of(type, f) - 1].offset; /* qs, their last field */
+}
+
+/* A field of whole bytes moves in pieces: an fp16 whole, a byte array 4 bytes at a time. Where
+ * row r's piece k lies in the group block. */
+static size_t piece_bytes(const field *f) { return f->kind == HALF ? 2 : 4; }
+
+static size_t piece_at(const field *f, int r, size_t k) {
+    return PI_GROUP_ROWS * f->offset + (f->kind == HALF ? 2 * (size_t)r : 64 * k + 4 * (size_t)r);
+}
+
+/* Where bit j of row r's qh word lies in the masks: bit 4r + j % 4 of mask j / 4. */
+static size_t bit_at(const field *f, int r, int j) { return 8 * PI_GROUP_ROWS * f->offset + (size_t)(64 * (j / 4) + 4 * r + j % 4); }
+
+static int bit(const uint8_t *p, size_t i) { return (p[i / 8] >> (i % 8)) & 1; }
+
+static void set_bit(uint8_t *p, size_t i, int v) { p[i / 8] = (uint8_t)((p[i / 8] & ~(1u << i % 8)) | (unsigned)v << i % 8); }
+
+/* One group block from the same block of 16 rows (the row r part of it), and row r's block back out. */
+static void pack_block(const field *f, int nf, const uint8_t *block, int r, uint8_t *group_block) {
+    for (int i = 0; i < nf; i++) {
+        const size_t n = f[i].bytes / piece_bytes(&f[i]);
+        for (size_t k = 0; f[i].kind != BITS && k < n; k++)
+            memcpy(group_block + piece_at(&f[i], r, k), block + f[i].offset + k * piece_bytes(&f[i]), piece_bytes(&f[i]));
+        for (int j = 0; f[i].kind == BITS && j < 8 * (int)f[i].bytes; j++)
+            set_bit(group_block, bit_at(&f[i], r, j), bit(block + f[i].offset, (size_t)j));
+    }
+}
+
+static void unpack_block(const field *f, int nf, const uint8_t *group_block, int r, uint8_t *block) {
+    for (int i = 0; i < nf; i++) {
+        const size_t n = f[i].bytes / piece_bytes(&f[i]);
+        for (size_t k = 0; f[i].kind != BITS && k < n; k++)
+            memcpy(block + f[i].offset + k * piece_bytes(&f[i]), group_block + piece_at(&f[i], r, k), piece_bytes(&f[i]));
+        for (int j = 0; f[i].kind == BITS && j < 8 * (int)f[i].bytes; j++)
+            set_bit(block + f[i].offset, (size_t)j, bit(group_block, bit_at(&f[i], r, j)));
     }
 }
 
 void pi_group_rows(uint32_t type, uint8_t *W, size_t row_bytes, int64_t n_rows, uint8_t *scratch) {
+    field f[5];
+    const int nf = fields_of(type, f);
     const size_t bb = pi_type_block_bytes(type), nb = row_bytes / bb, group_bytes = PI_GROUP_ROWS * row_bytes;
     for (int64_t g = 0; g < n_rows / PI_GROUP_ROWS; g++) {
         uint8_t *group = W + (size_t)g * group_bytes;
         memcpy(scratch, group, group_bytes);
-        for (size_t b = 0; b < nb; b++) {
-            const uint8_t *blocks[PI_GROUP_ROWS];
-            for (int r = 0; r < PI_GROUP_ROWS; r++) blocks[r] = scratch + (size_t)r * row_bytes + b * bb;
-            pack_block(type, blocks, group + b * PI_GROUP_ROWS * bb);
-        }
+        for (size_t b = 0; b < nb; b++)
+            for (int r = 0; r < PI_GROUP_ROWS; r++)
+                pack_block(f, nf, scratch + (size_t)r * row_bytes + b * bb, r, group + b * PI_GROUP_ROWS * bb);
     }
 }
 
 void pi_group_row_block(uint32_t type, const uint8_t *W, size_t row_bytes, int64_t row, size_t b, uint8_t *block) {
+    field f[5];
+    const int nf = fields_of(type, f);
+    const size_t gbb = PI_GROUP_ROWS * pi_type_block_bytes(type);
     const uint8_t *group = W + (size_t)(row / PI_GROUP_ROWS) * PI_GROUP_ROWS * row_bytes;
-    unpack_block(type, group + b * PI_GROUP_ROWS * pi_type_block_bytes(type), (int)(row % PI_GROUP_ROWS), block);
+    unpack_block(f, nf, group + b * gbb, (int)(row % PI_GROUP_ROWS), block);
 }
 
 void pi_group_unpack_rows(uint32_t type, const uint8_t *group, size_t row_bytes, uint8_t *rows) {

@@ -6,7 +6,8 @@
  * AVX2, 8 per ymm half of 8 rows, 2 instructions each) and, for all 16 rows at once, the offset
  * of the stored quants taken off in integers (offset * sum(qx), exact), one conversion and one
  * FMA, y += (d dx) isum, plus Q4_1's m sx with sx = dx sum(qx). The row-major tiles (walk.h) do
- * that float work once per row; here once per 16 rows.
+ * that float work once per row; here once per 16 rows. The K-quants' tile (kgroups.h) takes the
+ * same walk.
  * Private to native/src/kernels. */
 #ifndef PI_KERNELS_GROUPS_H
 #define PI_KERNELS_GROUPS_H
@@ -16,6 +17,8 @@ enum {
     GROUP_TOKENS = 4,         /* tokens per tile */
     GROUP_AHEAD = 16384       /* bytes ahead of a streaming tile to prefetch: DRAM latency at full bandwidth */
 };
+
+#include "kgroups.h"
 
 #if defined(__AVX512VNNI__)
 
@@ -175,13 +178,19 @@ INLINE void group_tile(int type, int T, const uint8_t *group, uintptr_t ahead, p
 
 #endif
 
-/* group_tile() with T (1 <= T <= GROUP_TOKENS) a constant in each call */
+/* The tile of the type's family: 32-weight blocks or K-quant super-blocks (kgroups.h). */
+INLINE void any_tile(int type, int T, const uint8_t *group, uintptr_t ahead, pi_act x, int t0, float *Y, int y_stride) {
+    if (pi_type_is_kquant((uint32_t)type)) kgroup_tile(type, T, group, ahead, x, t0, Y, y_stride);
+    else group_tile(type, T, group, ahead, x, t0, Y, y_stride);
+}
+
+/* any_tile() with T (1 <= T <= GROUP_TOKENS) a constant in each call */
 INLINE void group_tokens(int type, int T, const uint8_t *group, uintptr_t ahead, pi_act x, int t0, float *Y,
                          int y_stride) {
-    if (T == 4) group_tile(type, 4, group, ahead, x, t0, Y, y_stride);
-    else if (T == 3) group_tile(type, 3, group, ahead, x, t0, Y, y_stride);
-    else if (T == 2) group_tile(type, 2, group, ahead, x, t0, Y, y_stride);
-    else group_tile(type, 1, group, ahead, x, t0, Y, y_stride);
+    if (T == 4) any_tile(type, 4, group, ahead, x, t0, Y, y_stride);
+    else if (T == 3) any_tile(type, 3, group, ahead, x, t0, Y, y_stride);
+    else if (T == 2) any_tile(type, 2, group, ahead, x, t0, Y, y_stride);
+    else any_tile(type, 1, group, ahead, x, t0, Y, y_stride);
 }
 
 /* Groups outer, token tiles inner, so that a group stays in L1 while every token tile passes

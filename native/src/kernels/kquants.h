@@ -335,21 +335,33 @@ static void quantize_act_k(const float *x, block_q8k *y, int n) {
 
 enum { K_TOKENS = 16 }; /* tokens a decoded super-block is dotted with before the next is decoded */
 
-/* Rows outer, then each row's super-blocks, each unpacked once for up to K_TOKENS tokens. */
-static void kq_matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x, int nt,
-                      float *Y, int y_stride) {
+/* Rows outer, then each row's super-blocks, each unpacked once for up to K_TOKENS tokens. A
+ * grouped weight's super-blocks (groups.c) come out of their groups first: the reference tier's
+ * grouped matmul, the row-major one to the bit. */
+INLINE void kq_matmul_rows(int type, int grouped, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
+                           pi_act x, int nt, float *Y, int y_stride) {
     const int nsb = x.n / QK_K;
     const size_t sbb = pi_type_block_bytes((uint32_t)type);
     for (int t0 = 0; t0 < nt; t0 += K_TOKENS) {
         const int tn = nt - t0 < K_TOKENS ? nt - t0 : K_TOKENS;
         for (int i = 0; i < nr; i++) {
-            const uint8_t *row = pi_matmul_row(W, row_bytes, idx, r0, i);
             kq_acc acc[K_TOKENS];
             for (int t = 0; t < tn; t++) acc[t] = kq_acc_zero();
-            for (int s = 0; s < nsb; s++) dot_superblock(type, row + s * sbb, x.k + (size_t)t0 * nsb + s, nsb, tn, acc);
+            for (int s = 0; s < nsb; s++) {
+                pi_any_block room;
+                const uint8_t *sb = (uint8_t *)&room;
+                if (grouped) pi_group_row_block((uint32_t)type, W, row_bytes, r0 + i, (size_t)s, (uint8_t *)&room);
+                else sb = pi_matmul_row(W, row_bytes, idx, r0, i) + s * sbb;
+                dot_superblock(type, sb, x.k + (size_t)t0 * nsb + s, nsb, tn, acc);
+            }
             for (int t = 0; t < tn; t++) Y[(size_t)(t0 + t) * y_stride + i] = kq_acc_sum(acc[t]);
         }
     }
+}
+
+static void kq_matmul(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr, pi_act x, int nt,
+                      float *Y, int y_stride) {
+    kq_matmul_rows(type, 0, W, row_bytes, idx, r0, nr, x, nt, Y, y_stride);
 }
 
 static void kq_axpy_rows(int type, const void *W, size_t row_bytes, const int32_t *rows, const float *a, int n, float *y,

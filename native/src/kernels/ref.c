@@ -130,7 +130,10 @@ static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx
 static void matmul_grouped(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
                            pi_act x, int nt, float *Y, int y_stride) {
     const int nb = x.n / QK;
-    (void)idx;
+    if (pi_type_is_kquant((uint32_t)type)) {
+        kq_matmul_rows(type, 1, W, row_bytes, idx, r0, nr, x, nt, Y, y_stride);
+        return;
+    }
     for (int i = 0; i < nr; i++) {
         for (int t = 0; t < nt; t++) Y[(size_t)t * y_stride + i] = 0.0f;
         for (int b = 0; b < nb; b++) {

@@ -48,18 +48,13 @@
                             int ys) {                                                                                 \
         GROUPED(PI_TYPE_##T, W, rb, idx, r0, nr, x, nt, Y, ys);                                                       \
     }
+#define PI_GROUPED_FILL_(T, ...) k->matmul_grouped[PI_TYPE_##T] = grouped_##T;
+/* the types groups.c's pi_groups_hold() names */
+#define PI_GROUPED_TYPES_(X, ...)                                                                                     \
+    X(Q4_0, __VA_ARGS__) X(Q4_1, __VA_ARGS__) X(Q5_0, __VA_ARGS__) X(Q5_1, __VA_ARGS__) X(Q8_0, __VA_ARGS__)         \
+    X(Q4_K, __VA_ARGS__) X(Q5_K, __VA_ARGS__) X(Q6_K, __VA_ARGS__)
 #define PI_GROUPED_TABLE(fill_grouped, GROUPED)                                                                       \
-    PI_GROUPED_ENTRY_(Q4_0, GROUPED)                                                                                  \
-    PI_GROUPED_ENTRY_(Q4_1, GROUPED)                                                                                  \
-    PI_GROUPED_ENTRY_(Q5_0, GROUPED)                                                                                  \
-    PI_GROUPED_ENTRY_(Q5_1, GROUPED)                                                                                  \
-    PI_GROUPED_ENTRY_(Q8_0, GROUPED)                                                                                  \
-    static void fill_grouped(pi_kernels *k) {                                                                         \
-        k->matmul_grouped[PI_TYPE_Q4_0] = grouped_Q4_0;                                                               \
-        k->matmul_grouped[PI_TYPE_Q4_1] = grouped_Q4_1;                                                               \
-        k->matmul_grouped[PI_TYPE_Q5_0] = grouped_Q5_0;                                                               \
-        k->matmul_grouped[PI_TYPE_Q5_1] = grouped_Q5_1;                                                               \
-        k->matmul_grouped[PI_TYPE_Q8_0] = grouped_Q8_0;                                                               \
-    }
+    PI_GROUPED_TYPES_(PI_GROUPED_ENTRY_, GROUPED)                                                                     \
+    static void fill_grouped(pi_kernels *k) { PI_GROUPED_TYPES_(PI_GROUPED_FILL_, ~) }
 
 #endif
