@@ -1,11 +1,13 @@
-"""Write a random-weight 1.1B llama GGUF with TinyLlama-1.1B's dimensions, for benchmarks.
+"""Write a random-weight GGUF of a known model's dimensions, for benchmarks.
 
-    python bench/make_tinyllama.py [-o bench/models/tinyllama-1.1b-random-q4_0.gguf] [--force]
+    python bench/make_tinyllama.py [--shape tinyllama] [-o bench/models/<shape>-random.gguf] [--force]
 
-Weights are Q4_0 (output.weight Q8_0, where the real TinyLlama has Q6_K: K-quants
-are not supported yet), norms F32, and a 32000-token byte-level BPE vocab. The
-weights are random, so only speed means anything here, not the text. Deterministic
-for a given --seed; an existing file is kept unless --force.
+Shapes: tinyllama, TinyLlama-1.1B's (Q4_0, output.weight Q8_0, where the real TinyLlama has
+Q6_K); qwen3-0.6b, Qwen3-0.6B's (head_dim 128 > n_embd / n_head, tied output, Q8_0);
+qwen3moe-1b, a ~1B Qwen 3 MoE (24 layers, 8 experts of 1536 neurons, top-2, Q8_0, the router
+F32). Norms are F32, and the vocab a 32000-token byte-level BPE one. The weights are random, so
+only speed means anything here, not the text. Deterministic for a given --seed; an existing file
+is kept unless --force.
 """
 from __future__ import annotations
 
@@ -17,17 +19,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from synthetic import write_llama_gguf  # noqa: E402  (shared with the test models)
 
-TINYLLAMA = dict(n_vocab=32000, n_embd=2048, n_layer=22, n_head=32, n_head_kv=4, n_ff=5632,
-                 n_ctx_train=2048, rope_freq_base=10000.0, weight_type="Q4_0", output_type="Q8_0")
-DEFAULT_OUT = Path(__file__).resolve().parent / "models" / "tinyllama-1.1b-random-q4_0.gguf"
+QWEN3 = dict(n_vocab=32000, n_embd=1024, n_head=16, n_head_kv=8, head_dim=128, n_ctx_train=4096,
+             rope_freq_base=1000000.0, weight_type="Q8_0")
+SHAPES = {
+    "tinyllama": dict(n_vocab=32000, n_embd=2048, n_layer=22, n_head=32, n_head_kv=4, n_ff=5632,
+                      n_ctx_train=2048, rope_freq_base=10000.0, weight_type="Q4_0", output_type="Q8_0"),
+    "qwen3-0.6b": dict(QWEN3, arch="qwen3", n_layer=28, n_ff=3072),
+    "qwen3moe-1b": dict(QWEN3, arch="qwen3moe", n_layer=24, n_ff=3072, n_expert=8, n_expert_used=2, n_ff_exp=1536),
+}
+FILE_NAMES = {"tinyllama": "tinyllama-1.1b-random-q4_0.gguf", "qwen3-0.6b": "qwen3-0.6b-random-q8_0.gguf",
+              "qwen3moe-1b": "qwen3moe-1b-random-q8_0.gguf"}
+MODELS = Path(__file__).resolve().parent / "models"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-o", "--output", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--shape", choices=SHAPES, default="tinyllama")
+    ap.add_argument("-o", "--output", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="rewrite an existing file")
     args = ap.parse_args(argv)
+    args.output = args.output or MODELS / FILE_NAMES[args.shape]
 
     if args.output.exists() and not args.force:
         print(f"{args.output} exists; --force to rewrite")
@@ -37,7 +49,7 @@ def main(argv=None) -> int:
     # truncated file that a later run would skip as done.
     partial = args.output.with_name(args.output.name + ".partial")
     start = time.perf_counter()
-    write_llama_gguf(partial, seed=args.seed, extra_kv={"general.name": "tinyllama-1.1b-random"}, **TINYLLAMA)
+    write_llama_gguf(partial, seed=args.seed, extra_kv={"general.name": f"{args.shape}-random"}, **SHAPES[args.shape])
     partial.replace(args.output)
     size_mb = args.output.stat().st_size / 1e6
     print(f"wrote {args.output} ({size_mb:.0f} MB) in {time.perf_counter() - start:.1f} s")
