@@ -6,7 +6,8 @@
 Prints decode tok/s (one token at a time after a short prompt), prefill tok/s (one batch of
 --prefill tokens), the ratio ours/theirs, the bytes each decoded token must read, and the
 share of the memory-bandwidth roofline each engine reaches. Without MODEL it uses the default
-SmolLM2-135M-Instruct; `--tinyllama` builds and uses the synthetic 1.1B Q4_0 model. With
+SmolLM2-135M-Instruct; `--synthetic SHAPE` builds (bench/make_tinyllama.py) and uses a random-weight
+model of that shape: tinyllama (1.1B Q4_0, also `--tinyllama`), qwen3-0.6b, qwen3moe-1b. With
 --lora both engines apply the adapter; --lora-rank writes a random F16 one of that rank for the
 model's attention and FFN (tests/synthetic_lora.py) and uses it.
 """
@@ -26,18 +27,22 @@ HERE = Path(__file__).resolve().parent
 
 
 def weight_bytes_per_token(path: str) -> int:
-    """Bytes of every matrix a decoded token reads: all 2-D weights, the output matrix once."""
+    """Bytes of every matrix a decoded token reads: all 2-D weights, the output matrix once, and
+    of an MoE's 3-D expert tensors the routed experts' share."""
     from gguf import GGUFReader
 
     reader = GGUFReader(path)
     names = {t.name for t in reader.tensors}
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    used, experts = (int(reader.fields[f"{arch}.expert_{k}"].parts[-1][0]) if f"{arch}.expert_{k}" in reader.fields
+                     else 1 for k in ("used_count", "count"))
     total = 0
     for t in reader.tensors:
         if len(t.shape) < 2:
             continue
         if t.name == "token_embd.weight" and "output.weight" in names:
             continue  # only one row is read for the lookup
-        total += int(t.n_bytes)
+        total += int(t.n_bytes) * used // experts if len(t.shape) == 3 else int(t.n_bytes)
     return total
 
 
@@ -78,7 +83,10 @@ def measure(llm, prompt_tokens: list[int], n_decode: int, n_prefill: int, repeat
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?")
-    p.add_argument("--tinyllama", action="store_true", help="use the synthetic 1.1B Q4_0 model (built if missing)")
+    p.add_argument("--tinyllama", action="store_const", const="tinyllama", dest="synthetic",
+                   help="--synthetic tinyllama")
+    p.add_argument("--synthetic", choices=("tinyllama", "tinyllama-q4_k_m", "qwen3-0.6b", "qwen3moe-1b"),
+                   help="use the random-weight model of this shape (built if missing)")
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.add_argument("--decode", type=int, default=128)
     p.add_argument("--prefill", type=int, default=512)
@@ -92,9 +100,13 @@ def main(argv=None) -> int:
 
     from pypowerinfer import Llama, default_model_path
 
-    if args.tinyllama:
-        model = str(HERE / "models" / "tinyllama-1.1b-random-q4_0.gguf")
-        subprocess.run([sys.executable, str(HERE / "make_tinyllama.py"), "-o", model], check=True)
+    if args.synthetic:
+        sys.path.insert(0, str(HERE))
+        from make_tinyllama import FILE_NAMES
+
+        model = str(HERE / "models" / FILE_NAMES[args.synthetic])
+        subprocess.run([sys.executable, str(HERE / "make_tinyllama.py"), "--shape", args.synthetic, "-o", model],
+                       check=True)
     else:
         model = args.model or str(default_model_path())
     n_ctx = args.prefill + args.decode + 64

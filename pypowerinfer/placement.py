@@ -108,7 +108,7 @@ def _offload(model: NativeModel, options: dict, n_gpu_layers: int, hybrid_device
         return NativeContext(model, n_gpu_layers=n_gpu_layers, **options)
     except UnsupportedError as e:
         warnings.warn(f"n_gpu_layers: {e}; every layer runs on the CPU", stacklevel=4)
-        return NativeContext(model, **options)
+        return NativeContext(model, **{k: v for k, v in options.items() if k != "device"})
 
 
 def main(argv=None) -> int:

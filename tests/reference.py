@@ -270,12 +270,13 @@ class ReferenceModel:
 
 
 def compare_logits(ref: np.ndarray, other: np.ndarray) -> dict[str, float]:
-    """Top-1 agreement and KL(ref || other) per position (mean and max), for [T, n_vocab] logits."""
+    """Top-1 agreement and KL(ref || other) per position (mean, median and max), for [T, n_vocab] logits."""
     logp = lambda z: np.log(softmax(np.asarray(z, dtype=np.float64)))  # noqa: E731
     lp, lq = logp(ref), logp(other)
     kl = np.sum(np.exp(lp) * (lp - lq), axis=-1)
     return {
         "top1": float(np.mean(ref.argmax(-1) == other.argmax(-1))),
         "kl_mean": float(kl.mean()),
+        "kl_median": float(np.median(kl)),
         "kl_max": float(kl.max()),
     }

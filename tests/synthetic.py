@@ -88,8 +88,9 @@ class _TensorPlan:
 
 
 def _tensor_plan(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, weight_type,
-                 output_type, biases, arch="llama", n_ctx_train=256, attn_norm_2=False) -> list[_TensorPlan]:
-    head_dim = n_embd // n_head
+                 output_type, biases, arch="llama", n_ctx_train=256, attn_norm_2=False, head_dim=None,
+                 n_expert=0, n_ff_exp=0) -> list[_TensorPlan]:
+    head_dim = head_dim or n_embd // n_head
     q_dim, kv_dim = n_head * head_dim, n_head_kv * head_dim
     wtype = GGMLQuantizationType[weight_type]
     f32 = GGMLQuantizationType.F32
@@ -101,8 +102,11 @@ def _tensor_plan(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, weight_ty
         # 1/sqrt(n_in) keeps every projection's output at unit RMS through the layers.
         return _TensorPlan(name, (n_out, n_in), wtype, 1.0 / np.sqrt(n_in))
 
-    def norm(name):
-        return _TensorPlan(name, (n_embd,), f32, 0.1, is_norm=True)
+    def norm(name, n=n_embd):
+        return _TensorPlan(name, (n,), f32, 0.1, is_norm=True)
+
+    def experts(name, n_out, n_in):  # n_expert matrices [n_out, n_in]
+        return _TensorPlan(name, (n_expert, n_out, n_in), wtype, 1.0 / np.sqrt(n_in))
 
     def bias(name, n):
         return _TensorPlan(name, (n,), f32, 0.1)
@@ -128,13 +132,20 @@ def _tensor_plan(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, weight_ty
             gate_up = [linear(blk + "ffn_up.weight", 2 * n_ff, n_embd)]
         elif arch in UNGATED_ARCHS:
             gate_up = [linear(blk + "ffn_up.weight", n_ff, n_embd)]
+        elif n_expert:  # the router (F32, as llama.cpp's quantizer leaves it) and the experts
+            gate_up = [_TensorPlan(blk + "ffn_gate_inp.weight", (n_expert, n_embd), f32, ROUTER_STD / np.sqrt(n_embd)),
+                       experts(blk + "ffn_gate_exps.weight", n_ff_exp, n_embd),
+                       experts(blk + "ffn_up_exps.weight", n_ff_exp, n_embd)]
         else:
             gate_up = [linear(blk + "ffn_gate.weight", n_ff, n_embd), linear(blk + "ffn_up.weight", n_ff, n_embd)]
+        down = experts(blk + "ffn_down_exps.weight", n_embd, n_ff_exp) if n_expert else \
+            linear(blk + "ffn_down.weight", n_embd, n_ff)
         # falcon: one norm before the parallel attention and FFN, and falcon-40b's attn_norm_2
         norms = layer_norm(blk + "attn_norm") + (layer_norm(blk + "attn_norm_2") if attn_norm_2 else [])
         plan += [*norms, *qkv, linear(blk + "attn_output.weight", n_embd, q_dim),
-                 *(layer_norm(blk + "ffn_norm") if arch != "falcon" else []),
-                 *gate_up, linear(blk + "ffn_down.weight", n_embd, n_ff)]
+                 *(layer_norm(blk + "ffn_norm") if arch != "falcon" else []), *gate_up, down]
+        if arch in QK_NORM_ARCHS:
+            plan += [norm(blk + "attn_q_norm.weight", head_dim), norm(blk + "attn_k_norm.weight", head_dim)]
         if arch == "opt":  # OPT has every bias
             plan += [bias(blk + f"{t}.bias", n) for t, n in (("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim),
                                                              ("attn_output", n_embd), ("ffn_up", n_ff), ("ffn_down", n_embd))]
@@ -184,11 +195,14 @@ def _generate(t: _TensorPlan, seed: int) -> np.ndarray:
 
 
 LAYER_NORM_ARCHS = ("opt", "falcon")
+QK_NORM_ARCHS = ("qwen3", "qwen3moe")
+ROUTER_STD = 8.0  # router logits of std ~8: decisive, as trained routers are, so few experts are near-tied
 UNGATED_ARCHS = ("opt", "falcon")
 
 
 def _metadata(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train, arch,
-              rope_freq_base) -> dict[str, tuple[Any, GGUFValueType]]:
+              rope_freq_base, head_dim=None, n_expert=0, n_expert_used=0, n_ff_exp=0
+              ) -> dict[str, tuple[Any, GGUFValueType]]:
     tokens, types, merges = byte_bpe_vocab(n_vocab)
     u32, f32, s, arr = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING, GGUFValueType.ARRAY
     # llama.cpp's falcon reads the LayerNorm epsilon; PowerInfer's OPT converter writes none
@@ -206,7 +220,11 @@ def _metadata(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train,
         f"{arch}.attention.head_count": (n_head, u32),
         f"{arch}.attention.head_count_kv": (n_head_kv, u32),
         f"{arch}.rope.freq_base": (rope_freq_base, f32),
-        f"{arch}.rope.dimension_count": (n_embd // n_head, u32),
+        f"{arch}.rope.dimension_count": (head_dim or n_embd // n_head, u32),
+        **({f"{arch}.attention.key_length": (head_dim, u32), f"{arch}.attention.value_length": (head_dim, u32)}
+           if head_dim else {}),
+        **({f"{arch}.expert_count": (n_expert, u32), f"{arch}.expert_used_count": (n_expert_used, u32),
+            f"{arch}.expert_feed_forward_length": (n_ff_exp, u32)} if n_expert else {}),
         "tokenizer.ggml.model": ("gpt2", s),
         "tokenizer.ggml.pre": ("gpt-2", s),
         "tokenizer.ggml.tokens": (tokens, arr),
@@ -231,7 +249,8 @@ def _typed(value) -> tuple[Any, GGUFValueType]:
 def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=96,
                      n_ctx_train=256, weight_type="Q4_0", output_type=None, arch="llama", seed=0,
                      rope_freq_base=10000.0, extra_kv=None, omit_tensor=None, omit_key=None,
-                     tensor_types=None, biases=False, attn_norm_2=False):
+                     tensor_types=None, biases=False, attn_norm_2=False, head_dim=None, n_expert=0,
+                     n_expert_used=0, n_ff_exp=0):
     """Write a random-weight llama-shaped GGUF and return its path.
 
     weight_type: type of every 2-D weight (norms and biases are always F32);
@@ -243,11 +262,14 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
     arch: llama's tensor set, or another architecture's as llama.cpp names it (phi3: fused
     attn_qkv and gate-up ffn_up, and output.weight always; falcon: LayerNorms, fused attn_qkv,
     no gate, no ffn_norm) or PowerInfer's (opt: LayerNorms, every bias, position_embd, no gate);
-    attn_norm_2: falcon-40b's separate attention norm.
+    attn_norm_2: falcon-40b's separate attention norm;
+    head_dim: the head size when it is not n_embd / n_head (written as key_length and value_length);
+    n_expert, n_expert_used, n_ff_exp: an MoE FFN (qwen3moe: router ffn_gate_inp, 3-D expert tensors).
     """
     dims = dict(n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff)
     plan = _tensor_plan(**dims, weight_type=weight_type, output_type=output_type, biases=biases, arch=arch,
-                        n_ctx_train=n_ctx_train, attn_norm_2=attn_norm_2)
+                        n_ctx_train=n_ctx_train, attn_norm_2=attn_norm_2, head_dim=head_dim, n_expert=n_expert,
+                        n_ff_exp=n_ff_exp)
     for name, type_name in (tensor_types or {}).items():
         next(t for t in plan if t.name == name).qtype = GGMLQuantizationType[type_name]
     if omit_tensor is not None:
@@ -257,7 +279,8 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
         plan = kept
 
     writer = GGUFWriter(os.fspath(path), arch)
-    kv = _metadata(**dims, n_ctx_train=n_ctx_train, arch=arch, rope_freq_base=rope_freq_base)
+    kv = _metadata(**dims, n_ctx_train=n_ctx_train, arch=arch, rope_freq_base=rope_freq_base, head_dim=head_dim,
+                   n_expert=n_expert, n_expert_used=n_expert_used, n_ff_exp=n_ff_exp)
     kv.update({k: _typed(v) for k, v in (extra_kv or {}).items()})
     for key, (value, vtype) in kv.items():
         writer.add_key_value(key, value, vtype)

@@ -15,7 +15,7 @@
  * the total can be checked first. */
 typedef struct {
     size_t kv_rows, x, xn, xq, xk, q, k, gate, rope, inv_freq, att, out_x, out_q, out_k, logits, rank, rank_k, per_thread,
-        ff, runs, run_acc, embd;
+        ff, runs, run_acc, embd, moe_probs, moe_pairs, moe_first, moe_q, moe_k;
 } buffer_sizes;
 
 static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_threads, int logits_rows) {
@@ -24,6 +24,8 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
     size_t max_dim = (size_t)h->n_embd;
     if (q_dim > max_dim) max_dim = q_dim;
     if ((size_t)h->n_ff > max_dim) max_dim = (size_t)h->n_ff;
+    const size_t ff = (size_t)(h->n_ff > m->n_ff_exp ? h->n_ff : m->n_ff_exp);
+    const size_t moe_dim = m->n_expert ? (size_t)(h->n_embd > m->n_ff_exp ? h->n_embd : m->n_ff_exp) : 0;
     buffer_sizes s = {
         .kv_rows = (size_t)h->n_layer * n_ctx,
         .x = (size_t)B * h->n_embd,
@@ -32,7 +34,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .xk = m->kquant_weights ? (size_t)B * ((max_dim + QK_K - 1) / QK_K) : 0,
         .q = (size_t)B * q_dim,
         .k = (size_t)B * kv_dim,
-        .gate = (size_t)B * h->n_ff,
+        .gate = (size_t)B * ff,
         .rope = 2 * (size_t)B * (size_t)h->n_rot, /* global and local (sliding-window) layers */
         .inv_freq = (size_t)h->n_rot,
         .att = (size_t)n_threads * n_ctx,
@@ -44,6 +46,11 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .per_thread = (size_t)n_threads * h->n_embd,
         .ff = (size_t)h->n_ff,
         .runs = (size_t)(h->n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN,
+        .moe_probs = (size_t)B * m->n_expert,
+        .moe_pairs = (size_t)B * m->n_expert_used,
+        .moe_first = (size_t)m->n_expert + 1,
+        .moe_q = (size_t)B * ((moe_dim + QK - 1) / QK),
+        .moe_k = m->kquant_weights ? (size_t)B * ((moe_dim + QK_K - 1) / QK_K) : 0,
     };
     s.run_acc = s.runs * (size_t)h->n_embd;
     s.rank_k = m->kquant_weights ? s.rank / QK_K + 1 : 0; /* the Q8_K forms only for K-quant weights */
@@ -55,9 +62,10 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
 static double scratch_bytes(const buffer_sizes *s) {
     double floats = s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
                     2.0 * s->out_x + s->logits + s->rank +
-                    s->per_thread + 3.0 * s->ff + 2.0 * s->runs + s->run_acc + s->embd;
-    const double k_blocks = (double)s->xk + s->out_k + s->rank_k;
-    return floats * sizeof(float) + ((double)s->xq + s->out_q) * sizeof(block_q8x) + k_blocks * sizeof(block_q8k);
+                    s->per_thread + 3.0 * s->ff + 2.0 * s->runs + s->run_acc + s->embd +
+                    s->moe_probs + 4.0 * s->moe_pairs + s->moe_first + (s->moe_probs ? 2.0 * s->x : 0.0);
+    const double k_blocks = (double)s->xk + s->out_k + s->rank_k + s->moe_k;
+    return floats * sizeof(float) + ((double)s->xq + s->out_q + s->moe_q) * sizeof(block_q8x) + k_blocks * sizeof(block_q8k);
 }
 
 /* The KV cache's bytes with K and V rows of k_row and v_row bytes. */
@@ -150,6 +158,17 @@ int pi_context_alloc(pi_context *c) {
     c->ffn_tokens = calloc((size_t)h->n_layer, sizeof(int32_t));
     c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
     c->down_acc = malloc(s.per_thread * sizeof(float));
+    const size_t moe_x = s.moe_probs ? s.x : 0; /* + 1 below: a dense model's are empty */
+    c->moe_probs = malloc((s.moe_probs + 1) * sizeof(float));
+    c->moe_sel = malloc((s.moe_pairs + 1) * sizeof(int32_t));
+    c->moe_sel_w = malloc((s.moe_pairs + 1) * sizeof(float));
+    c->moe_first = malloc(s.moe_first * sizeof(int32_t));
+    c->moe_tok = malloc((s.moe_pairs + 1) * sizeof(int32_t));
+    c->moe_tok_w = malloc((s.moe_pairs + 1) * sizeof(float));
+    c->moe_x = malloc((moe_x + 1) * sizeof(float));
+    c->moe_out = malloc((moe_x + 1) * sizeof(float));
+    c->moe_q.q = malloc((s.moe_q + 1) * sizeof(block_q8x));
+    c->moe_q.k = s.moe_k ? malloc(s.moe_k * sizeof(block_q8k)) : NULL;
     /* small: not in the memory check */
     c->seq_len = calloc((size_t)c->n_seq, sizeof(int32_t));
     c->segs = malloc(c->n_batch * sizeof(pi_segment));
@@ -161,7 +180,8 @@ int pi_context_alloc(pi_context *c) {
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
         (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
         !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_bytes ||
-        !c->ffn_first || !c->ffn_tokens || !c->down_acc ||
+        !c->ffn_first || !c->ffn_tokens || !c->down_acc || !c->moe_probs || !c->moe_sel || !c->moe_sel_w ||
+        !c->moe_first || !c->moe_tok || !c->moe_tok_w || !c->moe_x || !c->moe_out || !c->moe_q.q || (s.moe_k && !c->moe_q.k) ||
         (s.embd && !c->embd)) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", c->n_ctx, need / 1048576.0);
     }
@@ -183,5 +203,7 @@ void pi_context_release(pi_context *c) {
     free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
     free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
     free(c->run_rows); free(c->run_bytes); free(c->ffn_first); free(c->ffn_tokens); free(c->down_acc); free(c->embd);
+    free(c->moe_probs); free(c->moe_sel); free(c->moe_sel_w); free(c->moe_first); free(c->moe_tok); free(c->moe_tok_w);
+    free(c->moe_x); free(c->moe_out); free(c->moe_q.q); free(c->moe_q.k);
     free(c->seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick);
 }

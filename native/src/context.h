@@ -48,11 +48,21 @@ struct pi_context {
                          * (the Q8_K ones NULL without K-quant weights, as in out_q and pred_hq) */
     float *q;           /* [B][q_dim] */
     float *k, *v;       /* [B][kv_dim]   new keys/values before they enter the cache */
-    float *gate, *up;   /* [B][n_ff]     gate is overwritten with the activation product */
+    float *gate, *up;   /* [B][max(n_ff, n_ff_exp)] gate is overwritten with the activation product */
     float *rope_cs;     /* [2][B][n_rot/2][2] cos, sin per token: global layers, then local ones */
     float *inv_freq;    /* [2][n_rot/2] */
     float *att;         /* [n_threads][n_ctx] attention scores, one row per thread */
     float *delta;       /* [B][n_embd]   output of attention or FFN before the residual add */
+    /* an MoE FFN (ffn_moe.c): k = n_expert_used pairs (token, expert) per token */
+    float *moe_probs;   /* [B][n_expert] router probabilities */
+    int32_t *moe_sel;   /* [B][k]        each token's experts, most probable first */
+    float *moe_sel_w;   /* [B][k]        and their weights */
+    int32_t *moe_first; /* [n_expert+1]  expert e's pairs are [first[e], first[e + 1]) of moe_tok */
+    int32_t *moe_tok;   /* [B*k]         the pairs' tokens, grouped by expert */
+    float *moe_tok_w;   /* [B*k]         and their weights */
+    float *moe_x;       /* [B][n_embd]   one expert's tokens' inputs */
+    pi_act_store moe_q; /* [B][max(n_embd, n_ff_exp)/32] (/256) those inputs quantized, then its activation product */
+    float *moe_out;     /* [B][n_embd]   its output per token */
     float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */
     pi_act_store out_q; /* [B][n_embd/32], [B][n_embd/256] */
     float *logits;      /* [logits_rows][n_vocab] */

@@ -20,14 +20,18 @@ enum {
     ARCH_LEARNED_POS = 1 << 6,   /* position_embd.weight, read from row pos + position_offset (bind_positions) */
     ARCH_PARALLEL = 1 << 7,      /* x += attn(norm2(x)) + ffn(norm(x)), norm2 = norm when absent */
     ARCH_ENCODER = 1 << 8,       /* bidirectional, post-norms, normed input embeddings, no output (encoder.c) */
+    ARCH_QK_NORM = 1 << 9,       /* blk.N.attn_q_norm / attn_k_norm: RMSNorm of each head of q and k */
+    ARCH_MOE = 1 << 10,          /* the FFN is a router over experts (read_moe, bind_moe; ffn_moe.c) */
 };
 
 /* Architectures we run, the FFN activation each implies, and its traits. */
 static const struct { const char *arch; int ffn_act; unsigned traits; } ARCHS[] = {
     { "llama", PI_ACT_SILU_GLU, 0 },
     { "bamboo", PI_ACT_RELU_RELU_GLU, 0 }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
-    { "gemma3", PI_ACT_GELU_GLU, ARCH_ROPE_NEOX },
+    { "gemma3", PI_ACT_GELU_GLU, ARCH_ROPE_NEOX | ARCH_QK_NORM },
     { "qwen2", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX }, /* llama's block with q/k/v biases */
+    { "qwen3", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_QK_NORM },
+    { "qwen3moe", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_QK_NORM | ARCH_MOE },
     { "phi3", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_FUSED_GATE_UP },
     /* as PowerInfer's llama.cpp runs OPT (ReLU) */
     { "opt", PI_ACT_RELU, ARCH_UNGATED | ARCH_LAYER_NORM | ARCH_NO_ROPE | ARCH_LEARNED_POS },
@@ -87,7 +91,7 @@ static int read_arch(pi_model *m) {
             return PI_OK;
         }
     return pi_set_error(PI_ERR_UNSUPPORTED,
-                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, phi3, opt, falcon, bert, nomic-bert)", m->arch);
+                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, qwen3, qwen3moe, phi3, opt, falcon, bert, nomic-bert)", m->arch);
 }
 
 /* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
@@ -119,6 +123,30 @@ static int read_softcaps(pi_model *m) {
     return PI_OK;
 }
 
+/* An MoE FFN's experts (qwen3moe): expert_count, expert_used_count routed per token, and
+ * expert_feed_forward_length neurons each (absent: feed_forward_length / expert_used_count, as
+ * llama.cpp reads it). */
+static int read_moe(pi_model *m) {
+    uint32_t n_expert = 0, n_used = 0, n_ff_exp = 0;
+    int rc;
+    if ((rc = arch_key_u32(m, "expert_count", 1, &n_expert)) || (rc = arch_key_u32(m, "expert_used_count", 1, &n_used)) ||
+        (rc = arch_key_u32(m, "expert_feed_forward_length", 0, &n_ff_exp)))
+        return rc;
+    if (n_expert == 0 || n_expert > 1024)
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_count %u is outside 1..1024", m->arch, n_expert);
+    if (n_used == 0 || n_used > n_expert)
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_used_count %u is outside 1..expert_count (%u)", m->arch,
+                            n_used, n_expert);
+    if (n_ff_exp == 0) n_ff_exp = (uint32_t)m->info.n_ff / n_used;
+    if (n_ff_exp == 0 || n_ff_exp > (1u << 20))
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_feed_forward_length %u is outside 1..%u", m->arch, n_ff_exp,
+                            1u << 20);
+    m->n_expert = (int32_t)n_expert;
+    m->n_expert_used = (int32_t)n_used;
+    m->n_ff_exp = (int32_t)n_ff_exp;
+    return PI_OK;
+}
+
 static int read_traits(pi_model *m) {
     m->embd_scale = 1.0f;
     m->rope_neox = (m->traits & ARCH_ROPE_NEOX) != 0;
@@ -128,6 +156,7 @@ static int read_traits(pi_model *m) {
     m->info.causal = !m->encoder;
     if (m->traits & ARCH_NO_ROPE) m->info.n_rot = 0;
     int rc = read_softcaps(m);
+    if (!rc && (m->traits & ARCH_MOE)) rc = read_moe(m);
     if (rc) return rc;
     if (strcmp(m->arch, "gemma3") == 0) return read_gemma3(m);
     /* Mistral-style llama: every layer sees the last `window` positions, with the global rope;
@@ -141,7 +170,7 @@ static int read_traits(pi_model *m) {
 
 static int read_hparams(pi_model *m) {
     pi_model_info *h = &m->info;
-    uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv = 0, n_ctx = 2048, key_len = 0, n_rot = 0;
+    uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv = 0, n_ctx = 2048, key_len = 0, value_len = 0, n_rot = 0;
     float eps = 1e-5f, base = 10000.0f, factor = 0.0f; /* 1e-5: OPT's, which PowerInfer's files omit */
     int rc;
     if ((rc = arch_key_u32(m, "block_count", 1, &n_layer)) || (rc = arch_key_u32(m, "embedding_length", 1, &n_embd)) ||
@@ -150,6 +179,7 @@ static int read_hparams(pi_model *m) {
         (rc = arch_key_u32(m, "attention.head_count_kv", 0, &n_head_kv)) ||
         (rc = arch_key_u32(m, "context_length", 0, &n_ctx)) ||
         (rc = arch_key_u32(m, "attention.key_length", 0, &key_len)) ||
+        (rc = arch_key_u32(m, "attention.value_length", 0, &value_len)) ||
         (rc = arch_key_u32(m, "rope.dimension_count", 0, &n_rot)) ||
         (rc = arch_key_f32(m, (m->traits & ARCH_LAYER_NORM) ? "attention.layer_norm_epsilon"
                                                             : "attention.layer_norm_rms_epsilon",
@@ -162,6 +192,9 @@ static int read_hparams(pi_model *m) {
         return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible hyperparameters (layers %u, embd %u, ff %u, heads %u/%u, ctx %u)",
                             n_layer, n_embd, n_ff, n_head, n_head_kv, n_ctx);
     uint32_t head_dim = key_len ? key_len : n_embd / n_head;
+    if (head_dim == 0 || head_dim > (1u << 16) || (value_len && value_len != head_dim))
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: head size %u (key_length %u, value_length %u): one size of keys and "
+                                           "values in 1..65536 is supported", head_dim, key_len, value_len);
     if (!key_len && n_embd % n_head)
         return pi_set_error(PI_ERR_FORMAT, "GGUF: embedding %u is not divisible by %u heads", n_embd, n_head);
     if (n_rot == 0) n_rot = head_dim;
@@ -195,23 +228,30 @@ static int read_hparams(pi_model *m) {
     return read_traits(m);
 }
 
-/* Bind a 2-D weight named `name` of ne {n_in, n_out}; absent optional tensors leave w->data NULL. */
-static int bind_weight(pi_model *m, pi_weight *w, const char *name, int64_t n_in, int64_t n_out, int required) {
+/* Bind a weight named `name` of ne {n_in, n_out, n_expert} (n_expert 1: a 2-D matrix); absent
+ * optional tensors leave w->data NULL. */
+static int bind_tensor(pi_model *m, pi_weight *w, const char *name, int64_t n_in, int64_t n_out, int64_t n_expert,
+                       int required) {
     snprintf(w->name, sizeof w->name, "%s", name);
     const gguf_tensor *t = gguf_find_tensor(&m->file, name);
     if (!t) return required ? pi_set_error(PI_ERR_FORMAT, "GGUF: required tensor '%s' is missing", name) : PI_OK;
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
-        return pi_set_error(PI_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
-                            (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                            (long long)n_in, (long long)n_out);
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert || t->ne[3] != 1)
+        return pi_set_error(PI_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                            name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                            (long long)n_in, (long long)n_out, (long long)n_expert);
     w->type = t->type;
     if (pi_type_is_kquant(t->type)) m->kquant_weights = 1;
     w->n_in = n_in;
     w->n_out = n_out;
-    w->row_bytes = (size_t)(t->nbytes / (uint64_t)n_out);
+    w->n_expert = n_expert;
+    w->row_bytes = (size_t)(t->nbytes / (uint64_t)(n_out * n_expert));
     w->data = t->data;
     w->grouped = 0; /* the file's row-major layout, until group_weights() */
     return PI_OK;
+}
+
+static int bind_weight(pi_model *m, pi_weight *w, const char *name, int64_t n_in, int64_t n_out, int required) {
+    return bind_tensor(m, w, name, n_in, n_out, 1, required);
 }
 
 /* Copy a 1-D tensor of n values into *cursor (f32), pointing *dst at it; NULL when optional and absent. */
@@ -272,6 +312,9 @@ static int check_predictors(pi_model *m) {
     for (int il = 0; il < m->info.n_layer && first < 0; il++)
         if (m->layers[il].fc1.data) first = il;
     m->has_predictors = first >= 0;
+    if (m->has_predictors && m->n_expert)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "tensor 'blk.%d.fc1.weight': predictors of an MoE FFN are not supported",
+                            first);
     for (int il = 0; first >= 0 && il < m->info.n_layer; il++) {
         const pi_layer *L = &m->layers[il];
         if (!L->fc1.data)
@@ -354,6 +397,21 @@ static int bind_gate_up(pi_model *m, pi_layer *L, int il, int64_t d, int64_t n_f
     }
     if ((rc = bind_weight(m, &L->ffn_gate, NAME("ffn_gate.weight"), d, n_ff, 1)) ||
         (rc = bind_weight(m, &L->ffn_up, NAME("ffn_up.weight"), d, n_ff, 1)))
+        return rc;
+#undef NAME
+    return PI_OK;
+}
+
+/* An MoE FFN: the router and the experts' gate, up and down, all required */
+static int bind_moe(pi_model *m, pi_layer *L, int il, int64_t d) {
+    const int64_t n_expert = m->n_expert, n_ff_exp = m->n_ff_exp;
+    char name[64];
+    int rc;
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", il, s), name)
+    if ((rc = bind_weight(m, &L->ffn_gate_inp, NAME("ffn_gate_inp.weight"), d, n_expert, 1)) ||
+        (rc = bind_tensor(m, &L->ffn_gate_exps, NAME("ffn_gate_exps.weight"), d, n_ff_exp, n_expert, 1)) ||
+        (rc = bind_tensor(m, &L->ffn_up_exps, NAME("ffn_up_exps.weight"), d, n_ff_exp, n_expert, 1)) ||
+        (rc = bind_tensor(m, &L->ffn_down_exps, NAME("ffn_down_exps.weight"), n_ff_exp, d, n_expert, 1)))
         return rc;
 #undef NAME
     return PI_OK;
@@ -500,7 +558,7 @@ static int bind_tensors(pi_model *m) {
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
     float *cur = m->vectors;
-    const int gemma = strcmp(m->arch, "gemma3") == 0;
+    const int gemma = strcmp(m->arch, "gemma3") == 0, qk_norm = (m->traits & ARCH_QK_NORM) != 0;
     if ((rc = bind_norm(m, &m->output_norm, &m->output_norm_b, &cur, "output_norm", d, !m->encoder)) ||
         (m->encoder && (rc = bind_encoder_input(m, &cur))) ||
         (rc = bind_vector(m, &m->output_b, &cur, "output.bias", h->n_vocab, 0)) ||
@@ -518,17 +576,17 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_qkv_bias(m, L, il, &cur, q_dim, kv_dim)) ||
             (rc = bind_weight(m, &L->attn_output, NAME("attn_output.weight"), q_dim, d, 1)) ||
             (rc = bind_vector(m, &L->attn_output_b, &cur, NAME("attn_output.bias"), d, 0)) ||
-            (rc = bind_gate_up(m, L, il, d, h->n_ff)) ||
+            (rc = m->n_expert ? bind_moe(m, L, il, d) : bind_gate_up(m, L, il, d, h->n_ff)) ||
             (rc = bind_weight(m, &L->ffn_down_t, NAME("ffn_down_t.weight"), d, h->n_ff, 0)) ||
             /* PowerInfer's files carry only the transposed down matrix */
-            (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, !L->ffn_down_t.data)) ||
+            (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, !L->ffn_down_t.data && !m->n_expert)) ||
             (rc = bind_vector(m, &L->ffn_freq, &cur, NAME("ffn_freq"), h->n_ff, 0)) ||
             (rc = bind_predictor(m, L, il)) ||
             (rc = bind_vector(m, &L->ffn_gate_b, &cur, NAME("ffn_gate.bias"), h->n_ff, 0)) ||
             (rc = bind_vector(m, &L->ffn_up_b, &cur, NAME("ffn_up.bias"), h->n_ff, 0)) ||
             (rc = bind_down_bias(m, L, il, &cur)) ||
-            (rc = bind_vector(m, &L->attn_q_norm, &cur, NAME("attn_q_norm.weight"), m->head_dim, gemma)) ||
-            (rc = bind_vector(m, &L->attn_k_norm, &cur, NAME("attn_k_norm.weight"), m->head_dim, gemma)) ||
+            (rc = bind_vector(m, &L->attn_q_norm, &cur, NAME("attn_q_norm.weight"), m->head_dim, qk_norm)) ||
+            (rc = bind_vector(m, &L->attn_k_norm, &cur, NAME("attn_k_norm.weight"), m->head_dim, qk_norm)) ||
             (rc = bind_vector(m, &L->post_attn_norm, &cur, NAME("post_attention_norm.weight"), d, gemma)) ||
             (rc = bind_vector(m, &L->post_ffn_norm, &cur, NAME("post_ffw_norm.weight"), d, gemma)))
             return rc;
@@ -555,17 +613,19 @@ static int groupable(const pi_weight *w) {
     return w->data && pi_groups_hold(w->type) && w->n_out % PI_GROUP_ROWS == 0;
 }
 
-enum { LAYER_DENSE = 7 };
+enum { LAYER_DENSE = 10 };
 
-/* Weight i of those the dense matmuls read: 7 per layer, then the output (tied: the token
- * embedding, whose row lookup learns the groups, pi_token_rows); NULL where that one is read
- * otherwise. Left out: the predictors, ffn_down_t, and a predicted layer's gate and up, whose
- * rows the sparse FFN picks one by one. */
+/* Weight i of those the dense matmuls read: 10 per layer (an MoE layer's experts, each in its
+ * own whole groups, or the dense FFN), then the output (tied: the token embedding, whose row
+ * lookup learns the groups, pi_token_rows); NULL where that one is read otherwise. Left out: the
+ * predictors, ffn_down_t, and a predicted layer's gate and up, whose rows the sparse FFN picks
+ * one by one. */
 static pi_weight *dense_only(pi_model *m, int i) {
     if (i == m->info.n_layer * LAYER_DENSE) return m->info.tied_output ? &m->token_embd : &m->output;
     pi_layer *L = &m->layers[i / LAYER_DENSE];
     pi_weight *ws[LAYER_DENSE] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_down,
-                                   L->fc1.data ? NULL : &L->ffn_gate, L->fc1.data ? NULL : &L->ffn_up };
+                                   L->fc1.data ? NULL : &L->ffn_gate, L->fc1.data ? NULL : &L->ffn_up,
+                                   &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
     return ws[i % LAYER_DENSE];
 }
 
@@ -589,7 +649,7 @@ static int group_weights(pi_model *m) {
     for (int i = 0; i < n; i++) {
         pi_weight *w = dense_only(m, i);
         if (!w || !groupable(w)) continue;
-        pi_group_rows(w->type, (uint8_t *)w->data, w->row_bytes, w->n_out, scratch);
+        pi_group_rows(w->type, (uint8_t *)w->data, w->row_bytes, w->n_out * w->n_expert, scratch);
         w->grouped = 1;
         m->grouped_weights++;
     }
@@ -727,8 +787,11 @@ static int append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
 
 static int describe_weight(char **b, size_t *len, size_t *cap, const pi_weight *w) {
     if (!w->data) return 0;
-    return append(b, len, cap, "  %-28s %-5s [%lld x %lld]  %.2f MB%s\n", w->name, pi_type_name(w->type),
-                  (long long)w->n_in, (long long)w->n_out, (double)w->row_bytes * (double)w->n_out / 1e6,
+    char experts[32] = "";
+    if (w->n_expert > 1) snprintf(experts, sizeof experts, " x %lld experts", (long long)w->n_expert);
+    return append(b, len, cap, "  %-28s %-5s [%lld x %lld%s]  %.2f MB%s\n", w->name, pi_type_name(w->type),
+                  (long long)w->n_in, (long long)w->n_out, experts,
+                  (double)w->row_bytes * (double)w->n_out * (double)w->n_expert / 1e6,
                   w->grouped ? "  rows in groups of 16" : "");
 }
 
@@ -745,14 +808,18 @@ PI_API const char *pi_model_describe(const pi_model *cm) {
                      "arch %s: %d layers, n_embd %d, n_ff %d, heads %d/%d (dim %d), vocab %d, ctx %d, rope base %g\n",
                      m->arch, h->n_layer, h->n_embd, h->n_ff, h->n_head, h->n_head_kv, m->head_dim, h->n_vocab,
                      h->n_ctx_train, h->rope_freq_base);
+    if (m->n_expert)
+        bad |= append(&b, &len, &cap, "  experts: %d per layer of %d neurons, %d routed per token\n", m->n_expert,
+                      m->n_ff_exp, m->n_expert_used);
     bad |= describe_weight(&b, &len, &cap, &m->token_embd);
     bad |= describe_weight(&b, &len, &cap, &m->position_embd);
     for (int il = 0; il < h->n_layer && !bad; il++) {
         const pi_layer *L = &m->layers[il];
         if (L->fc1.data) bad |= append(&b, &len, &cap, "  blk.%d: predictor rank %lld, threshold %g\n", il,
                                        (long long)L->fc1.n_out, L->threshold);
-        const pi_weight *ws[] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_gate,
-                                  &L->ffn_up, &L->ffn_down, &L->ffn_down_t, &L->fc1, &L->fc2 };
+        const pi_weight *ws[] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_gate, &L->ffn_up,
+                                  &L->ffn_down, &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps,
+                                  &L->ffn_down_exps, &L->ffn_down_t, &L->fc1, &L->fc2 };
         for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !bad; i++) bad |= describe_weight(&b, &len, &cap, ws[i]);
     }
     if (!h->tied_output) bad |= describe_weight(&b, &len, &cap, &m->output);

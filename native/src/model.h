@@ -4,11 +4,13 @@
 #include "gguf.h"
 #include "powerinfer.h"
 
-/* A matrix of n_out rows of n_in weights (GGUF ne = {n_in, n_out}), one output per row. */
+/* A matrix of n_out rows of n_in weights (GGUF ne = {n_in, n_out}), one output per row; or
+ * n_expert such matrices one after another (ne = {n_in, n_out, n_expert}: an MoE layer's experts). */
 typedef struct {
     char name[48];        /* the GGUF tensor name, for messages and describe() */
     uint32_t type;        /* PI_TYPE_* */
     int64_t n_in, n_out;
+    int64_t n_expert;     /* 1 for a matrix; expert e's rows start at data + e * n_out * row_bytes */
     size_t row_bytes;
     const uint8_t *data;  /* into the mapping; NULL when the tensor is absent */
     int grouped;          /* rows in groups of PI_GROUP_ROWS (kernels/groups.c), not row-major */
@@ -24,7 +26,12 @@ typedef struct {
     pi_weight ffn_gate, ffn_up;                         /* n_embd -> n_ff, one row per FFN neuron; no gate in opt, falcon */
     pi_weight ffn_down;                                 /* n_ff -> n_embd */
     float *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b; /* optional biases, NULL when absent */
-    float *attn_q_norm, *attn_k_norm;   /* [head_dim] RMSNorm of each head of q and k (gemma3), or NULL */
+    float *attn_q_norm, *attn_k_norm;   /* [head_dim] RMSNorm of each head of q and k (gemma3, qwen3), or NULL */
+    /* an MoE FFN (qwen3moe) in place of gate/up/down: the router's logit per expert, and each
+     * expert's SwiGLU FFN of n_ff_exp neurons; data NULL in a dense layer */
+    pi_weight ffn_gate_inp;                             /* n_embd -> n_expert */
+    pi_weight ffn_gate_exps, ffn_up_exps;               /* n_expert x (n_embd -> n_ff_exp) */
+    pi_weight ffn_down_exps;                            /* n_expert x (n_ff_exp -> n_embd) */
     float *post_attn_norm, *post_ffn_norm; /* [n_embd] RMSNorm of the attention / FFN output before the residual */
     int local;              /* sliding-window attention: sees only the last swa_window positions */
     int rope_local;         /* rotates with the local rope base (gemma3's local layers) */
@@ -62,6 +69,7 @@ struct pi_model {
     int parallel;           /* attention and FFN both read the layer's input and add to it (falcon) */
     int32_t swa_window;     /* local layers attend to the last swa_window positions */
     float rope_base_local;  /* rope base of the rope_local layers; 0 when none */
+    int32_t n_expert, n_expert_used, n_ff_exp; /* MoE: experts per layer, routed per token, neurons each; 0 if dense */
     float attn_softcap, final_softcap; /* cap * tanh(z / cap) of the attention scores and of the
                                         * logits, where the metadata asks (Gemma 2's keys); 0: none */
     pi_layer *layers;       /* [n_layer] */

@@ -1,0 +1,13 @@
+/* ffn_moe.h - a mixture-of-experts FFN (qwen3moe): a router picks each token's experts and
+ * weights them; each expert is a SwiGLU FFN of its own. */
+#ifndef PI_FFN_MOE_H
+#define PI_FFN_MOE_H
+#include "context.h"
+
+/* delta[0..n) = the MoE FFN of layer L on a, the FFN's normed input (quantized): per token the
+ * router's softmax, its top n_expert_used experts with their probabilities renormalised to sum
+ * 1, and the weighted sum of those experts' outputs. Each expert runs once per step over all the
+ * tokens routed to it, so its weights are read once; only routed experts are read. */
+void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a);
+
+#endif

@@ -1,0 +1,197 @@
+"""Qwen 3 (per-head q/k norms, a head size apart from n_embd / n_head) and Qwen 3 MoE (a router
+over SwiGLU experts) on small random-weight files, against llama-cpp-python as the oracle."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reference import compare_logits
+from synthetic import write_llama_gguf
+from test_forward import NEAR_TIE, real_text, teacher_forced
+
+from pypowerinfer import Llama, UnsupportedError
+from pypowerinfer.model import NativeModel
+
+N_TEACHER = 256
+DIMS = dict(n_vocab=512, n_layer=3, n_ctx_train=512)
+
+# head_dim != n_embd / n_head in each; tied and separate outputs; top-1 and top-k > 1
+CASES = {
+    "qwen3-q8_0-tied": dict(arch="qwen3", weight_type="Q8_0", n_embd=128, n_head=4, n_head_kv=2, head_dim=64, n_ff=256),
+    "qwen3-q4_0-output": dict(arch="qwen3", weight_type="Q4_0", n_embd=256, n_head=4, n_head_kv=1, head_dim=32,
+                              n_ff=512, output_type="Q8_0"),
+    "qwen3moe-q8_0-top1": dict(arch="qwen3moe", weight_type="Q8_0", n_embd=128, n_head=4, n_head_kv=2, head_dim=64,
+                               n_ff=256, n_expert=4, n_expert_used=1, n_ff_exp=64),
+    "qwen3moe-q4_0-top2": dict(arch="qwen3moe", weight_type="Q4_0", n_embd=256, n_head=8, n_head_kv=4, head_dim=64,
+                               n_ff=256, n_expert=8, n_expert_used=2, n_ff_exp=96, output_type="Q8_0"),
+    "qwen3moe-q8_0-top3": dict(arch="qwen3moe", weight_type="Q8_0", n_embd=128, n_head=2, n_head_kv=2, head_dim=128,
+                               n_ff=256, n_expert=6, n_expert_used=3, n_ff_exp=32),
+}
+
+
+def llama_twin(case: dict) -> dict:
+    """The llama-arch file of the same sizes and types: a dense FFN as wide as the routed experts."""
+    twin = {k: v for k, v in case.items() if k not in ("n_expert", "n_expert_used", "n_ff_exp", "head_dim")}
+    if "n_expert" in case:
+        twin["n_ff"] = case["n_ff_exp"] * case["n_expert_used"]
+    return dict(twin, arch="llama")
+
+
+def logits_pairs(path, tokens):
+    """Teacher-forced logits of llama.cpp batched and one token at a time, and ours the same two ways."""
+    import llama_cpp
+
+    out = {}
+    for n_batch in (512, 1):
+        opts = dict(n_ctx=512, n_batch=n_batch, logits_all=True, n_threads=2, verbose=False)
+        for name, llm in (("ref", llama_cpp.Llama(str(path), n_ubatch=n_batch, **opts)), ("ours", Llama(str(path), **opts))):
+            out[name, n_batch] = teacher_forced(llm, tokens)
+            llm.close()
+    return out
+
+
+def decisive_top1(ref: np.ndarray, ours: np.ndarray) -> float:
+    """Top-1 agreement over the steps where llama.cpp's best logit leads its second by NEAR_TIE
+    or more: below that, its own 8-bit rounding noise decides (test_forward.py)."""
+    top2 = np.sort(ref, axis=-1)[:, -2:]
+    decisive = top2[:, 1] - top2[:, 0] >= NEAR_TIE
+    return float(np.mean(ref[decisive].argmax(-1) == ours[decisive].argmax(-1)))
+
+
+@pytest.fixture(scope="module")
+def agreement(tmp_path_factory):
+    """Per case: llama.cpp's own batched/one-token agreement, ours to it, ours to ourselves, and
+    the same for the llama twin (what every architecture on these kernels starts from)."""
+    import llama_cpp
+
+    folder = tmp_path_factory.mktemp("qwen3")
+    results = {}
+    for name, case in CASES.items():
+        path = write_llama_gguf(folder / f"{name}.gguf", **DIMS, **case)
+        twin = write_llama_gguf(folder / f"{name}-llama.gguf", **DIMS, **llama_twin(case))
+        ref = llama_cpp.Llama(str(path), n_ctx=512, verbose=False)
+        tokens = ref.tokenize(real_text().encode())[:N_TEACHER]
+        ref.close()
+        assert len(tokens) == N_TEACHER
+        got, base = logits_pairs(path, tokens), logits_pairs(twin, tokens)
+        pairs = {"self": (got["ref", 512], got["ref", 1]), "batched": (got["ref", 512], got["ours", 512]),
+                 "one-token": (got["ref", 1], got["ours", 1]), "ours": (got["ours", 512], got["ours", 1]),
+                 "twin": (base["ref", 1], base["ours", 1])}
+        results[name] = {k: dict(compare_logits(*v), decisive_top1=decisive_top1(*v)) for k, v in pairs.items()}
+    return results
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_teacher_forced_logits_match_llama_cpp(agreement, name):
+    r = agreement[name]
+    print(f"\n{name}: " + "; ".join(f"{k} top1 {v['top1']:.2%} ({v['decisive_top1']:.2%} decisive) KL mean "
+                                    f"{v['kl_mean']:.2e} median {v['kl_median']:.2e}" for k, v in r.items()))
+    # llama.cpp's two paths quantize activations alike and agree to ~1e-4; ours keep the 8-bit
+    # scale in f32 where llama.cpp rounds it to f16, a floor every architecture on these kernels
+    # shares, which the llama twin of the same sizes measures
+    floor = max(r["self"]["kl_mean"], r["twin"]["kl_mean"])
+    moe = "moe" in name
+    for path in ("batched", "one-token"):
+        got = r[path]
+        if not moe:
+            assert got["kl_mean"] <= 1.5 * floor + 1e-4, (path, got, floor)
+            assert got["decisive_top1"] >= r["self"]["decisive_top1"] - 0.01, (path, got)
+            continue
+        # that floor flips a near-tied routing now and then, and a flipped expert moves that
+        # token (and, through its keys and values, a few after it): the typical token is held
+        # near the floor, the mean to what the flips add (measured 2e-3 .. 2e-2), and top-1 to 2
+        # points (measured 0.5-1.1 points below llama.cpp's own)
+        assert got["kl_median"] <= 2.0 * max(r["self"]["kl_median"], r["twin"]["kl_median"]) + 1e-4, (path, got)
+        assert got["kl_mean"] <= 0.05, (path, got)
+        assert got["decisive_top1"] >= r["self"]["decisive_top1"] - 0.02, (path, got)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_batched_equals_one_token(agreement, name):
+    r = agreement[name]["ours"]
+    assert r["top1"] == 1.0 and r["kl_mean"] < 1e-6, r
+
+
+def test_describe_shows_the_experts(tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **CASES["qwen3moe-q4_0-top2"])
+    text = NativeModel(path).describe()
+    assert "experts: 8 per layer of 96 neurons, 2 routed per token" in text
+    assert "blk.0.ffn_up_exps.weight" in text and "[256 x 96 x 8 experts]" in text
+
+
+def test_f32_moe_matches_llama_cpp_exactly(tmp_path):
+    """Float weights leave no quantization between the engines: the routing and the weighted sum match."""
+    import llama_cpp
+
+    case = dict(CASES["qwen3moe-q8_0-top3"], weight_type="F32")
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **case)
+    tokens = list(range(10, 110))
+    ref = llama_cpp.Llama(str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False)
+    with Llama(str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False) as ours:
+        stats = compare_logits(teacher_forced(ref, tokens), teacher_forced(ours, tokens))
+    ref.close()
+    assert stats["top1"] == 1.0 and stats["kl_mean"] < 1e-6, stats
+
+
+# ---- bad input ----
+
+MOE = CASES["qwen3moe-q8_0-top1"]
+
+
+@pytest.mark.parametrize("kv, words", [
+    ({"qwen3moe.expert_count": 0}, "qwen3moe.expert_count"),
+    ({"qwen3moe.expert_used_count": 0}, "qwen3moe.expert_used_count"),
+    ({"qwen3moe.expert_used_count": 5}, "qwen3moe.expert_used_count"),
+])
+def test_bad_expert_counts_are_refused(tmp_path, kv, words):
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **MOE, extra_kv=kv)
+    with pytest.raises(ValueError, match=words.replace(".", r"\.")):
+        Llama(str(path), verbose=False)
+
+
+def test_missing_expert_count_is_refused(tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **MOE, omit_key="qwen3moe.expert_count")
+    with pytest.raises(ValueError, match=r"qwen3moe\.expert_count"):
+        Llama(str(path), verbose=False)
+
+
+@pytest.mark.parametrize("n_ff_exp", [32, 128])
+def test_expert_tensors_of_the_wrong_shape_are_refused(tmp_path, n_ff_exp):
+    """The file says 64 neurons per expert; its tensors hold another number."""
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **dict(MOE, n_ff_exp=n_ff_exp),
+                           extra_kv={"qwen3moe.expert_feed_forward_length": 64})
+    with pytest.raises(ValueError, match=r"blk\.0\.ffn_gate_exps\.weight"):
+        Llama(str(path), verbose=False)
+
+
+def test_wrong_q_norm_size_is_refused(tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **CASES["qwen3-q8_0-tied"],
+                            extra_kv={"qwen3.attention.key_length": 32, "qwen3.attention.value_length": 32,
+                                      "qwen3.rope.dimension_count": 32})
+    with pytest.raises(ValueError, match=r"blk\.0\.attn_q\.weight"):
+        Llama(str(path), verbose=False)
+
+
+def test_missing_q_norm_is_refused(tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **CASES["qwen3-q8_0-tied"],
+                            omit_tensor="blk.1.attn_k_norm.weight")
+    with pytest.raises(ValueError, match=r"blk\.1\.attn_k_norm\.weight"):
+        Llama(str(path), verbose=False)
+
+
+def test_unsupported_architecture_is_named(tmp_path):
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **dict(MOE, arch="smallthinker"))
+    with pytest.raises(NotImplementedError, match="smallthinker"):
+        Llama(str(path), verbose=False)
+
+
+def test_an_moe_model_refuses_the_device(tmp_path):
+    """The hot/cold split and layer offload do not take experts: vram_budget is refused, and
+    n_gpu_layers runs on the CPU with a warning, as for any model the device cannot run."""
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **MOE)
+    with pytest.raises(UnsupportedError, match="qwen3moe"):
+        Llama(str(path), vram_budget="1G", hybrid_device="host", verbose=False)
+    with pytest.warns(UserWarning, match="qwen3moe"):
+        llm = Llama(str(path), n_gpu_layers=2, hybrid_device="host", verbose=False)
+    llm.eval([1, 2, 3])
+    llm.close()
