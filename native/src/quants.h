@@ -194,6 +194,10 @@ static inline float pi_bf16_to_f32(pi_bf16 h) {
  * row order (the devices' uploads). The file's bits, moved: a group of rows takes the bytes of
  * its rows. */
 enum { PI_GROUP_ROWS = 16 };
+/* The types with the grouped layout, X(T, ...) for each, as PI_TYPES passes its extra arguments. */
+#define PI_GROUPED_TYPES(X, ...)                                                                                      \
+    X(Q4_0, __VA_ARGS__) X(Q4_1, __VA_ARGS__) X(Q5_0, __VA_ARGS__) X(Q5_1, __VA_ARGS__) X(Q8_0, __VA_ARGS__)         \
+    X(Q4_K, __VA_ARGS__) X(Q5_K, __VA_ARGS__) X(Q6_K, __VA_ARGS__)
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -24,16 +24,10 @@
 
 #include "kernels.h"
 
+#define HOLDS_(T, ...) case PI_TYPE_##T:
 int pi_groups_hold(uint32_t type) {
     switch (type) {
-    case PI_TYPE_Q4_0:
-    case PI_TYPE_Q4_1:
-    case PI_TYPE_Q5_0:
-    case PI_TYPE_Q5_1:
-    case PI_TYPE_Q8_0:
-    case PI_TYPE_Q4_K:
-    case PI_TYPE_Q5_K:
-    case PI_TYPE_Q6_K: return 1;
+    PI_GROUPED_TYPES(HOLDS_, ~) return 1;
     default: return 0;
     }
 }
@@ -76,7 +70,11 @@ static int fields_of(uint32_t type, field f[5]) {
 
 /* Where a field of 32-weight blocks starts in a group block: 16 times its place in the block. */
 size_t pi_group_high_bits_offset(uint32_t type) {
-    return PI_GROUP_ROWS * (type == PI_TYPE_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh));
+    switch (type) {
+    case PI_TYPE_Q5_0: return PI_GROUP_ROWS * offsetof(block_q5_0, qh);
+    case PI_TYPE_Q5_1: return PI_GROUP_ROWS * offsetof(block_q5_1, qh);
+    default: PI_BAD_TYPE();
+    }
 }
 
 size_t pi_group_quants_offset(uint32_t type) {

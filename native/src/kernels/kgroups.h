@@ -29,6 +29,40 @@
 /* Where field f of a K-quant super-block starts in its group super-block. */
 #define KG(fmt, f) (PI_GROUP_ROWS * offsetof(block_##fmt, f))
 
+/* Where each type keeps the fields the tile reads. */
+INLINE size_t kg_d(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_K: return KG(q4_K, d);
+    case PI_TYPE_Q5_K: return KG(q5_K, d);
+    case PI_TYPE_Q6_K: return KG(q6_K, d);
+    default: PI_BAD_TYPE();
+    }
+}
+
+INLINE size_t kg_dmin(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_K: return KG(q4_K, dmin);
+    case PI_TYPE_Q5_K: return KG(q5_K, dmin);
+    default: PI_BAD_TYPE();
+    }
+}
+
+INLINE size_t kg_scales(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_K: return KG(q4_K, scales);
+    case PI_TYPE_Q5_K: return KG(q5_K, scales);
+    default: PI_BAD_TYPE();
+    }
+}
+
+INLINE size_t kg_qs(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_K: return KG(q4_K, qs);
+    case PI_TYPE_Q5_K: return KG(q5_K, qs);
+    default: PI_BAD_TYPE();
+    }
+}
+
 /* The operations both tiers spell alike, but for the prefix P (_mm512, _mm256) and the integer
  * vector's suffix S (si512, si256). */
 #define KG_OPS(P, S)                                                                        \
@@ -154,8 +188,7 @@ INLINE void kg_weights(int type, const uint8_t *p, int h, int u, int k, kv *w0, 
         *w1 = kv_merge(kv_srli16(ql, 4), kv_and(kv_srli16(qh, 2 * pp), m30), m4);
         return;
     }
-    const size_t qs = type == PI_TYPE_Q5_K ? KG(q5_K, qs) : KG(q4_K, qs);
-    const kv v = kv_load(p + qs + 64 * (8 * u + k), h);
+    const kv v = kv_load(p + kg_qs(type) + 64 * (8 * u + k), h);
     *w0 = kv_and(v, m4);
     *w1 = kv_and(kv_srli16(v, 4), m4);
     if (type != PI_TYPE_Q5_K) return;
@@ -191,7 +224,7 @@ INLINE kv kg_pair16(int a, int b) { return kv_dwords((int)((uint32_t)(uint16_t)a
  * sum of scale x (q x - offset bsum), and for Q4_K / Q5_K msum[t] = sum_j min[j] bsum of sub-block j. */
 INLINE void kg_superblock(int type, int T, const uint8_t *p, int h, const block_q8k *const *xb, kv *itot, kv *msum) {
     kv sc[2] = { kv_zero(), kv_zero() }, mn[2];
-    if (type != PI_TYPE_Q6_K) kg_scales_mins(p + (type == PI_TYPE_Q5_K ? KG(q5_K, scales) : KG(q4_K, scales)), h, sc, mn);
+    if (type != PI_TYPE_Q6_K) kg_scales_mins(p + kg_scales(type), h, sc, mn);
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) itot[t] = kv_zero();
 #pragma GCC unroll 8
@@ -247,7 +280,6 @@ INLINE void kgroup_tile(int type, int T, const uint8_t *group, uintptr_t ahead, 
                         int y_stride) {
     const size_t gsb = PI_GROUP_ROWS * block_bytes(type);
     const int nsb = x.n / QK_K;
-    const size_t d_at = type == PI_TYPE_Q6_K ? KG(q6_K, d) : KG(q4_K, d), dmin_at = KG(q4_K, dmin); /* Q5_K's as Q4_K's */
     const block_q8k *xs[GROUP_TOKENS];
     kf acc[KG_HALVES][GROUP_TOKENS];
 #pragma GCC unroll 4
@@ -266,7 +298,7 @@ INLINE void kgroup_tile(int type, int T, const uint8_t *group, uintptr_t ahead, 
         for (int h = 0; h < KG_HALVES; h++) {
             kv itot[GROUP_TOKENS], msum[GROUP_TOKENS];
             kg_superblock(type, T, p, h, xb, itot, msum);
-            const kf d = kf_halves(p + d_at, h), dmin = kq_has_min(type) ? kf_halves(p + dmin_at, h) : kf_zero();
+            const kf d = kf_halves(p + kg_d(type), h), dmin = kq_has_min(type) ? kf_halves(p + kg_dmin(type), h) : kf_zero();
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const kf dx = kf_set(xb[t]->d);

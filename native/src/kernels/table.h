@@ -41,7 +41,7 @@
         PI_TYPES(PI_TABLE_FILL_, ~)                                                                                   \
     }
 
-/* The grouped matmul of each type that has the layout (kernels/groups.c), from the tier's generic
+/* The grouped matmul of each type that has the layout (quants.h's PI_GROUPED_TYPES), from the tier's generic
  * GROUPED, and `static void fill_grouped(pi_kernels *k)`, which sets them. */
 #define PI_GROUPED_ENTRY_(T, GROUPED)                                                                                 \
     static void grouped_##T(const void *W, size_t rb, const int32_t *idx, int r0, int nr, pi_act x, int nt, float *Y, \
@@ -49,12 +49,8 @@
         GROUPED(PI_TYPE_##T, W, rb, idx, r0, nr, x, nt, Y, ys);                                                       \
     }
 #define PI_GROUPED_FILL_(T, ...) k->matmul_grouped[PI_TYPE_##T] = grouped_##T;
-/* the types groups.c's pi_groups_hold() names */
-#define PI_GROUPED_TYPES_(X, ...)                                                                                     \
-    X(Q4_0, __VA_ARGS__) X(Q4_1, __VA_ARGS__) X(Q5_0, __VA_ARGS__) X(Q5_1, __VA_ARGS__) X(Q8_0, __VA_ARGS__)         \
-    X(Q4_K, __VA_ARGS__) X(Q5_K, __VA_ARGS__) X(Q6_K, __VA_ARGS__)
 #define PI_GROUPED_TABLE(fill_grouped, GROUPED)                                                                       \
-    PI_GROUPED_TYPES_(PI_GROUPED_ENTRY_, GROUPED)                                                                     \
-    static void fill_grouped(pi_kernels *k) { PI_GROUPED_TYPES_(PI_GROUPED_FILL_, ~) }
+    PI_GROUPED_TYPES(PI_GROUPED_ENTRY_, GROUPED)                                                                     \
+    static void fill_grouped(pi_kernels *k) { PI_GROUPED_TYPES(PI_GROUPED_FILL_, ~) }
 
 #endif
