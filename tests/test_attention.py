@@ -27,13 +27,14 @@ def attention(impl, tiled, q, k, v, w, lo, hi, scale):
     return scores, out
 
 
-@pytest.mark.parametrize("impl", ["ref", "avx2"])
-@pytest.mark.parametrize("hd", [8, 24, 40, 64, 72, 128, 256])
-@pytest.mark.parametrize("nq, n", [(1, 1), (3, 2), (7, 37), (32, 19)])
+@pytest.mark.parametrize("impl", ["ref", "avx2", "avx512"])
+@pytest.mark.parametrize("hd", [8, 24, 40, 64, 72, 128, 256, 264])
+@pytest.mark.parametrize("nq, n", [(1, 1), (3, 2), (7, 37), (32, 19), (30, 70)])
 def test_tile_ops_equal_each_query_alone(impl, hd, nq, n):
     """Query and key counts off the tile's 3 x 2, head sizes off 16 and 32, rows a wider stride
     apart (a head's slice of the cache), each query its own range of rows: the tile ops equal the
-    one-query ops bit for bit, and the float64 sums to float rounding; AVX2 near the scalar tier."""
+    one-query ops bit for bit, and the float64 sums to float rounding; the SIMD tiers near the scalar
+    one (AVX-512's scores convert a block of keys to float first, its sums are AVX2's)."""
     if not impl_available(impl):
         pytest.skip(f"{impl} not available on this CPU")
     rng = np.random.default_rng(hd * 100 + n)
@@ -53,7 +54,7 @@ def test_tile_ops_equal_each_query_alone(impl, hd, nq, n):
     np.testing.assert_allclose(scores, q.astype(np.float64) @ k64.T * scale, rtol=1e-5, atol=1e-5 * np.sqrt(hd))
     mask = (np.arange(n) >= lo[:, None]) & (np.arange(n) <= hi[:, None])
     np.testing.assert_allclose(out, (w * mask) @ v64, rtol=1e-5, atol=1e-5 * n)
-    if impl == "avx2":
+    if impl != "ref":
         ref = attention("ref", 1, q, k.view(np.uint16), v.view(np.uint16), w, lo, hi, scale)
         np.testing.assert_allclose(scores, ref[0], rtol=1e-5, atol=1e-6 * np.sqrt(hd))
         np.testing.assert_allclose(out, ref[1], rtol=1e-5, atol=1e-6 * n)
@@ -71,13 +72,13 @@ SHAPES = [(256, 4, 4), (256, 4, 2), (384, 6, 2), (256, 4, 1), (256, 2, 1), (512,
 TOKENS = list(range(3, 280, 4))  # 70: several blocks of every group size
 
 
-@pytest.mark.parametrize("impl", [1, 2])
+@pytest.mark.parametrize("impl", [1, 2, 3])
 @pytest.mark.parametrize("extra", [{}, {"llama.attention.sliding_window": 7},
                                    {"llama.attn_logit_softcapping": 0.5}], ids=["causal", "window", "softcap"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"d{e}h{h}kv{k}" for e, h, k in SHAPES])
 def test_a_prompt_in_one_step_equals_its_tokens_one_at_a_time(shape, extra, impl, tmp_path):
-    if impl == 2 and not impl_available("avx2"):
-        pytest.skip("avx2 not available on this CPU")
+    if impl > 1 and not impl_available({2: "avx2", 3: "avx512"}[impl]):
+        pytest.skip("this tier is not available on this CPU")
     n_embd, n_head, n_head_kv = shape
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
                             extra_kv=extra)

@@ -14,12 +14,8 @@
 /* softcap, then exp(x - max) in place over a query's n scores; returns one over their sum */
 static float softmax(const pi_context *c, float *att, int n) {
     const float cap = c->model->attn_softcap;
-    float max = -INFINITY;
-    for (int p = 0; p < n; p++) {
-        if (cap > 0.0f) att[p] = cap * tanhf(att[p] / cap);
-        if (att[p] > max) max = att[p];
-    }
-    return 1.0f / c->vec.exp_sub_sum(att, max, n);
+    for (int p = 0; cap > 0.0f && p < n; p++) att[p] = cap * tanhf(att[p] / cap);
+    return 1.0f / c->vec.exp_sub_sum(att, c->vec.max(att, n), n);
 }
 
 /* the first position token t sees: a local layer only the last swa_window */

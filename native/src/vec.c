@@ -2,6 +2,7 @@
  * attributes and picked at run time. Each SIMD loop ends in the scalar tail. */
 #include <math.h>
 
+#include "kernels/kernels.h"
 #include "vec.h"
 
 static float dot_ref(const float *a, const float *b, int n) {
@@ -12,6 +13,12 @@ static float dot_ref(const float *a, const float *b, int n) {
 
 static void axpy_ref(float a, const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static float max_ref(const float *x, int n) {
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
 }
 
 static float exp_sub_sum_ref(float *x, float max, int n) {
@@ -123,6 +130,17 @@ AVX2 static void axpy_avx2(float a, const float *x, float *y, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     axpy_ref(a, x + i, y + i, n - i);
+}
+
+AVX2 static float max_avx2(const float *x, int n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float tail = max_ref(x + i, n - i);
+    return tail > _mm_cvtss_f32(h) ? tail : _mm_cvtss_f32(h);
 }
 
 AVX2 static float exp_sub_sum_avx2(float *x, float max, int n) {
@@ -352,6 +370,89 @@ AVX2 static void mix_f16_tile_avx2(const float *w, size_t wstride, const int *lo
         mix_f16_avx2(w + (size_t)r * wstride + lo[r], v + (size_t)lo[r] * stride, stride, hi[r] - lo[r] + 1, hd, out[r]);
 }
 
+/* AVX-512: a pair's two AVX2 accumulators are one zmm register's halves (lanes 0-7 the values
+ * i..i+7 of every 16, 8-15 the values i+8..i+15), so its sums are the AVX2 tier's bit for bit. */
+#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+/* keys of an AVX-512 score tile, by up to 4 queries: 16 accumulators */
+enum { TILE512 = 4 };
+
+AVX512 static __m512 load_f16x16(const pi_fp16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* four keys' dots from their accumulators, summed as scores_f16_avx2 sums them: halves (the two
+ * AVX2 accumulators), halves again, then lanes (0 + 2) + (1 + 3); two keys a register per step */
+AVX512 static __m128 hsum4(const __m512 s[TILE512]) {
+    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(s[0], s[1], 0x44), _mm512_shuffle_f32x4(s[0], s[1], 0xee));
+    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(s[2], s[3], 0x44), _mm512_shuffle_f32x4(s[2], s[3], 0xee));
+    const __m512 h = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
+    const __m512 u = _mm512_add_ps(h, _mm512_permute_ps(h, 0x4e)); /* each key: h0 + h2, h1 + h3 */
+    const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+}
+
+/* NQ queries (a constant where inlined) against TILE512 keys at a time of n keys kf already in
+ * float (conversion is exact), rows hd apart */
+__attribute__((always_inline)) AVX512 static inline void scores_rows512(const float *const *q, const int NQ, const float *kf,
+                                                                        int n, int hd, float scale, float *out,
+                                                                        size_t ostride) {
+    const __m128 vs = _mm_set1_ps(scale);
+    for (int p = 0; p + TILE512 <= n; p += TILE512) {
+        const float *kp = kf + (size_t)p * hd;
+        __m512 s[TILE512][TILE512];
+        for (int j = 0; j < NQ; j++)
+            for (int c = 0; c < TILE512; c++) s[j][c] = _mm512_setzero_ps();
+        int i = 0;
+        for (; i + 16 <= hd; i += 16) {
+            __m512 kc[TILE512];
+            for (int c = 0; c < TILE512; c++) kc[c] = _mm512_loadu_ps(kp + (size_t)c * hd + i);
+            for (int j = 0; j < NQ; j++) {
+                const __m512 x = _mm512_loadu_ps(q[j] + i);
+                for (int c = 0; c < TILE512; c++) s[j][c] = _mm512_fmadd_ps(x, kc[c], s[j][c]);
+            }
+        }
+        if (i < hd) /* an odd 8 values: the first AVX2 accumulator's, the low half */
+            for (int j = 0; j < NQ; j++) {
+                const __m512 x = _mm512_maskz_loadu_ps(0x00ff, q[j] + i);
+                for (int c = 0; c < TILE512; c++)
+                    s[j][c] = _mm512_mask3_fmadd_ps(x, _mm512_maskz_loadu_ps(0x00ff, kp + (size_t)c * hd + i), s[j][c], 0x00ff);
+            }
+        for (int j = 0; j < NQ; j++) _mm_storeu_ps(out + (size_t)j * ostride + p, _mm_mul_ps(hsum4(s[j]), vs));
+    }
+}
+
+/* keys a block converts to float once for all the queries, rows of at most 256 values: 32 KiB */
+enum { KEY_BLOCK = 32 };
+
+AVX512 static void scores_f16_tile_avx512(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n,
+                                          int hd, float scale, float *out, size_t ostride) {
+    if (hd % 8 || hd > 256) {
+        scores_f16_tile_avx2(q, nq, k, stride, n, hd, scale, out, ostride);
+        return;
+    }
+    float kf[KEY_BLOCK * 256];
+    int p0 = 0;
+    while (n - p0 >= TILE512) { /* whole tiles of keys, a block at a time */
+        const int nk = (n - p0 < KEY_BLOCK ? n - p0 : KEY_BLOCK) / TILE512 * TILE512;
+        for (int p = 0; p < nk; p++) {
+            const pi_fp16 *kp = k + (size_t)(p0 + p) * stride;
+            int i = 0;
+            for (; i + 16 <= hd; i += 16) _mm512_storeu_ps(kf + (size_t)p * hd + i, load_f16x16(kp + i));
+            if (i < hd) _mm256_storeu_ps(kf + (size_t)p * hd + i, load_f16(kp + i));
+        }
+        float *o = out + p0;
+        int r = 0;
+        for (; r + 4 <= nq; r += 4) scores_rows512(q + r, 4, kf, nk, hd, scale, o + (size_t)r * ostride, ostride);
+        switch (nq - r) {
+        case 3: scores_rows512(q + r, 3, kf, nk, hd, scale, o + (size_t)r * ostride, ostride); break;
+        case 2: scores_rows512(q + r, 2, kf, nk, hd, scale, o + (size_t)r * ostride, ostride); break;
+        case 1: scores_rows512(q + r, 1, kf, nk, hd, scale, o + (size_t)r * ostride, ostride); break;
+        }
+        p0 += nk;
+    }
+    for (int p = p0; p < n; p++) /* the last keys, fewer than a tile */
+        for (int r = 0; r < nq; r++) out[(size_t)r * ostride + p] = dot_f16_avx2(q[r], k + (size_t)p * stride, hd) * scale;
+}
+
 /* 8 values of a q8_0 block, decoded: d * q */
 AVX2 static __m256 load_q8(const int8_t *q, __m256 d) {
     return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))));
@@ -388,16 +489,22 @@ AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
 }
 #endif
 
-void pi_vec_ops_init(pi_vec_ops *v, int use_simd) {
-    *v = (pi_vec_ops){ "ref", axpy_ref, exp_sub_sum_ref, silu_mul_ref, sum_squares_ref,
+void pi_vec_ops_init(pi_vec_ops *v, int impl) {
+    *v = (pi_vec_ops){ "ref", axpy_ref, max_ref, exp_sub_sum_ref, silu_mul_ref, sum_squares_ref,
                        scores_f16_ref, probs_f16_ref, mix_f16_ref, mix_q8_0_ref, to_f16_ref,
                        scores_f16_tile_ref, mix_f16_tile_ref };
 #if defined(__x86_64__)
-    if (use_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        *v = (pi_vec_ops){ "avx2", axpy_avx2, exp_sub_sum_avx2, silu_mul_avx2, sum_squares_avx2,
-                           scores_f16_avx2, probs_f16_avx2, mix_f16_avx2, mix_q8_0_avx2, to_f16_avx2,
-                           scores_f16_tile_avx2, mix_f16_tile_avx2 };
+    if (impl == PI_IMPL_REF || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c"))
+        return;
+    *v = (pi_vec_ops){ "avx2", axpy_avx2, max_avx2, exp_sub_sum_avx2, silu_mul_avx2, sum_squares_avx2,
+                       scores_f16_avx2, probs_f16_avx2, mix_f16_avx2, mix_q8_0_avx2, to_f16_avx2,
+                       scores_f16_tile_avx2, mix_f16_tile_avx2 };
+    if (impl != PI_IMPL_AVX2 && __builtin_cpu_supports("avx512f")) {
+        v->name = "avx512";
+        v->scores_f16_tile = scores_f16_tile_avx512;
+    }
 #else
-    (void)use_simd;
+    (void)impl;
 #endif
 }

@@ -12,6 +12,7 @@ enum { PI_ATT_ROWS = 32 };
 typedef struct {
     const char *name;
     void (*axpy)(float a, const float *x, float *y, int n);      /* y += a * x */
+    float (*max)(const float *x, int n);                         /* the largest of x (-inf for n = 0) */
     float (*exp_sub_sum)(float *x, float max, int n);            /* x = exp(x - max); returns the sum */
     void (*silu_mul)(const float *gate, const float *up, float *out, int n); /* out = silu(gate) * up */
     float (*sum_squares)(const float *x, int n);
@@ -34,6 +35,8 @@ typedef struct {
                          size_t stride, int hd, float *const *out);
 } pi_vec_ops;
 
-void pi_vec_ops_init(pi_vec_ops *v, int use_simd);
+/* the ops of impl (PI_IMPL_*): the scalar reference, AVX2, or AVX2 with AVX-512 where it pays
+ * (PI_IMPL_AVX512, or AUTO on a CPU that has it) */
+void pi_vec_ops_init(pi_vec_ops *v, int impl);
 
 #endif
