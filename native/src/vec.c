@@ -425,7 +425,7 @@ enum { KEY_BLOCK = 32 };
 
 AVX512 static void scores_f16_tile_avx512(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n,
                                           int hd, float scale, float *out, size_t ostride) {
-    if (hd % 8 || hd > 256) {
+    if (hd % 8 || hd > 256 || nq < TILE512) { /* decode's one query: converting the keys first does not pay */
         scores_f16_tile_avx2(q, nq, k, stride, n, hd, scale, out, ostride);
         return;
     }
