@@ -86,11 +86,11 @@ def test_a_prompt_in_one_step_equals_its_tokens_one_at_a_time(shape, extra, impl
 
 
 def test_a_long_context_takes_fewer_queries_an_item(tmp_path):
-    """n_ctx 65536 leaves 4 queries a thread's scores: a group of 4 heads one token at a time."""
+    """n_ctx 131072 leaves 2 queries a thread's scores: a group of 4 heads in two items a token."""
     path = write_llama_gguf(tmp_path / "m.gguf", weight_type="F32", n_embd=256, n_head=4, n_head_kv=1,
-                            n_ctx_train=65536)
+                            n_ctx_train=131072)
     tokens = TOKENS[:40]
-    np.testing.assert_array_equal(logits(path, tokens, 64, n_ctx=65536), logits(path, tokens, 1, n_ctx=65536))
+    np.testing.assert_array_equal(logits(path, tokens, 64, n_ctx=131072), logits(path, tokens, 1, n_ctx=131072))
 
 
 def test_smollm2_prompt_equals_its_tokens_one_at_a_time(smollm2_path):
