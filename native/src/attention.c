@@ -99,14 +99,14 @@ static void tile_worker(void *arg, int ith, int nth) {
     attn_task *a = arg;
     const pi_context *c = a->c;
     const int group = c->model->info.n_head / c->model->info.n_head_kv, splits = (group + a->heads - 1) / a->heads;
+    const int per_block = c->model->info.n_head_kv * splits; /* items of one block */
     float *att = c->att + (size_t)ith * c->att_rows * c->n_ctx;
     for (;;) {
         const int item = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
         if (item >= a->n_items) return;
-        const int b = item / (c->model->info.n_head_kv * splits), s = item % (c->model->info.n_head_kv * splits);
-        const int h0 = s / splits * group + s % splits * a->heads;
-        const int nh = group - s % splits * a->heads < a->heads ? group - s % splits * a->heads : a->heads;
-        tile(a, c->att_blocks[2 * b], c->att_blocks[2 * b + 1], h0, nh, att);
+        const int b = item / per_block, kv = item % per_block / splits, g0 = item % per_block % splits * a->heads;
+        const int nh = group - g0 < a->heads ? group - g0 : a->heads;
+        tile(a, c->att_blocks[2 * b], c->att_blocks[2 * b + 1], kv * group + g0, nh, att);
     }
     (void)nth;
 }
