@@ -250,6 +250,13 @@ PI_API int pi_kernel_axpy_rows(int32_t type, int32_t impl, const void *W, int32_
  * sum over a q8_0 V cache, impl 1 (scalar reference) or 2 (AVX2). */
 PI_API int pi_kernel_mix_q8_0(int32_t impl, const void *v, uint64_t stride, const float *p, int32_t n, int32_t hd,
                               float *out);
+/* Attention over f16 rows k and v (n rows of hd values, stride values apart) for nq <= 32 queries q
+ * ([nq][hd]): scores[r][p] = scale * q_r . k_p, then out[r] = sum_p w[r][p] v_p over rows lo[r]..hi[r]
+ * (w: [nq][n]), in key order; impl 1 (scalar reference) or 2 (AVX2). tiled 1 runs the tile ops that
+ * serve all queries from each row, 0 each query alone: the two must agree bit for bit. */
+PI_API int pi_kernel_attention_f16(int32_t impl, int32_t tiled, const float *q, int32_t nq, const uint16_t *k,
+                                   const uint16_t *v, uint64_t stride, int32_t n, int32_t hd, float scale, float *scores,
+                                   const float *w, const int32_t *lo, const int32_t *hi, float *out);
 /* out[0..n) = dequantized weights of one row of n weights. */
 PI_API int pi_kernel_dequant(int32_t type, int32_t impl, const void *row, int32_t n, float *out);
 /* The same row as the CUDA kernels decode it (cuda/weights.h), run on the host: weight by weight

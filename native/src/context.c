@@ -18,6 +18,15 @@ typedef struct {
         ff, runs, run_acc, embd, moe_probs, moe_pairs, moe_first, moe_q, moe_k;
 } buffer_sizes;
 
+/* queries an attention work item holds scores for: their rows of n_ctx fit ATT_BYTES (about an L2
+ * cache, which they stream through), at most PI_ATT_ROWS */
+enum { ATT_BYTES = 1 << 20 };
+
+static int att_rows(uint32_t n_ctx) {
+    const size_t rows = ATT_BYTES / ((size_t)n_ctx * sizeof(float));
+    return rows < 1 ? 1 : rows > PI_ATT_ROWS ? PI_ATT_ROWS : (int)rows;
+}
+
 static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_threads, int logits_rows) {
     const pi_model_info *h = &m->info;
     size_t q_dim = (size_t)h->n_head * m->head_dim, kv_dim = (size_t)h->n_head_kv * m->head_dim;
@@ -37,7 +46,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .gate = (size_t)B * ff,
         .rope = 2 * (size_t)B * (size_t)h->n_rot, /* global and local (sliding-window) layers */
         .inv_freq = (size_t)h->n_rot,
-        .att = (size_t)n_threads * n_ctx,
+        .att = (size_t)n_threads * (size_t)att_rows(n_ctx) * n_ctx,
         .out_x = (size_t)B * h->n_embd,
         .out_q = (size_t)B * ((size_t)(h->n_embd + QK - 1) / QK),
         .out_k = m->kquant_weights ? (size_t)B * ((size_t)(h->n_embd + QK_K - 1) / QK_K) : 0,
@@ -175,7 +184,9 @@ int pi_context_alloc(pi_context *c) {
     c->tok_pos = malloc(c->n_batch * sizeof(int32_t));
     c->tok_row0 = malloc(c->n_batch * sizeof(int32_t));
     c->pick = malloc(c->n_batch * sizeof(int32_t));
-    if (!c->seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick ||
+    c->att_blocks = malloc(2 * c->n_batch * sizeof(int32_t));
+    c->att_rows = att_rows(c->n_ctx);
+    if (!c->seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick || !c->att_blocks ||
         !c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
         (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
@@ -205,5 +216,5 @@ void pi_context_release(pi_context *c) {
     free(c->run_rows); free(c->run_bytes); free(c->ffn_first); free(c->ffn_tokens); free(c->down_acc); free(c->embd);
     free(c->moe_probs); free(c->moe_sel); free(c->moe_sel_w); free(c->moe_first); free(c->moe_tok); free(c->moe_tok_w);
     free(c->moe_x); free(c->moe_out); free(c->moe_q.q); free(c->moe_q.k);
-    free(c->seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick);
+    free(c->seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick); free(c->att_blocks);
 }

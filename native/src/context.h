@@ -51,7 +51,9 @@ struct pi_context {
     float *gate, *up;   /* [B][max(n_ff, n_ff_exp)] gate is overwritten with the activation product */
     float *rope_cs;     /* [2][B][n_rot/2][2] cos, sin per token: global layers, then local ones */
     float *inv_freq;    /* [2][n_rot/2] */
-    float *att;         /* [n_threads][n_ctx] attention scores, one row per thread */
+    float *att;         /* [n_threads][att_rows][n_ctx] attention scores, att_rows queries per thread */
+    int32_t att_rows;   /* at most PI_ATT_ROWS, fewer where n_ctx is long (context.c) */
+    int32_t *att_blocks; /* [B][2] first token and count of each block of an attention step */
     float *delta;       /* [B][n_embd]   output of attention or FFN before the residual add */
     /* an MoE FFN (ffn_moe.c): k = n_expert_used pairs (token, expert) per token */
     float *moe_probs;   /* [B][n_expert] router probabilities */

@@ -67,7 +67,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     int rc = pi_kernels_init(&c->kern, p.kernel_impl) == 0
                  ? PI_OK
                  : pi_set_error(PI_ERR_UNSUPPORTED, "kernel implementation %d is not available on this CPU", p.kernel_impl);
-    pi_vec_ops_init(&c->vec, p.kernel_impl != PI_IMPL_REF);
+    pi_vec_ops_init(&c->vec, p.kernel_impl);
     const int pool_size = c->params.n_threads > c->params.n_threads_batch ? c->params.n_threads : c->params.n_threads_batch;
     if (!rc) rc = pi_context_alloc(c);
     if (!rc) rc = pi_threadpool_new(pool_size, &c->pool);

@@ -1,12 +1,11 @@
-/* ops.c - the forward pass's operations (ops.h): threaded matmul and attention, norms,
- * activation quantization, activations and rope. */
+/* ops.c - the forward pass's operations (ops.h): threaded matmul, norms, activation
+ * quantization, activations and rope (attention is attention.c's). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "lora.h"
-#include "kv_cache.h"
 #include "ops.h"
 
 /* ---- parallel matmul ---- */
@@ -127,48 +126,6 @@ void pi_token_rows(const pi_context *c, const int32_t *tokens, int n) {
             dequant(&block, x + (size_t)b * bs, bs);
         }
     }
-}
-
-/* ---- attention over the KV cache: one (token, head) pair per work item ---- */
-
-typedef struct {
-    pi_context *c;
-    int layer, n, local;
-    float *out; /* [n][q_dim] */
-} attn_task;
-
-static void attn_worker(void *arg, int ith, int nth) {
-    const attn_task *a = arg;
-    const pi_context *c = a->c;
-    const pi_model *m = c->model;
-    const int n_head = m->info.n_head, hd = m->head_dim, group = n_head / m->info.n_head_kv;
-    const int q_dim = n_head * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const uint8_t *k_layer = c->k_cache + (size_t)a->layer * c->n_ctx * c->k_row;
-    const uint8_t *v_layer = c->v_cache + (size_t)a->layer * c->n_ctx * c->v_row;
-    /* a head's slice of a row: whole blocks (pi_context_alloc checks head_dim) */
-    const size_t k_head = pi_kv_row_bytes(c->params.type_k, (size_t)hd), v_head = pi_kv_row_bytes(c->params.type_v, (size_t)hd);
-    float *att = c->att + (size_t)ith * c->n_ctx;
-    for (int item = ith; item < a->n * n_head; item += nth) {
-        const int t = item / n_head, h = item % n_head, n_kv = c->tok_pos[t] + 1; /* causal: keys 0..pos */
-        /* a local layer sees only the last swa_window positions */
-        const int first = c->tok_row0[t] + (a->local && n_kv > m->swa_window ? n_kv - m->swa_window : 0);
-        const int n = c->tok_row0[t] + n_kv - first;
-        pi_kv_scores(c, t, h, k_layer + (size_t)(h / group) * k_head + (size_t)first * c->k_row, n, scale, att);
-        float max = -INFINITY;
-        for (int p = 0; p < n; p++) {
-            if (m->attn_softcap > 0.0f) att[p] = m->attn_softcap * tanhf(att[p] / m->attn_softcap);
-            if (att[p] > max) max = att[p];
-        }
-        const float inv_sum = 1.0f / c->vec.exp_sub_sum(att, max, n);
-        pi_kv_mix(c, att, inv_sum, v_layer + (size_t)(h / group) * v_head + (size_t)first * c->v_row, n,
-                  a->out + (size_t)t * q_dim + (size_t)h * hd);
-    }
-}
-
-void pi_attention(pi_context *c, int il, int n, float *out) {
-    attn_task a = { c, il, n, c->model->layers[il].local, out };
-    pi_threadpool_run(c->pool, attn_worker, &a, n > 1 ? c->params.n_threads_batch : c->params.n_threads);
 }
 
 /* ---- the O(d) steps ---- */

@@ -6,9 +6,13 @@
 
 #include "quants.h"
 
+/* the most queries the tile ops below take in a call (attention.c's work items) */
+enum { PI_ATT_ROWS = 32 };
+
 typedef struct {
     const char *name;
     void (*axpy)(float a, const float *x, float *y, int n);      /* y += a * x */
+    float (*max)(const float *x, int n);                         /* the largest of x (-inf for n = 0) */
     float (*exp_sub_sum)(float *x, float max, int n);            /* x = exp(x - max); returns the sum */
     void (*silu_mul)(const float *gate, const float *up, float *out, int n); /* out = silu(gate) * up */
     float (*sum_squares)(const float *x, int n);
@@ -22,8 +26,17 @@ typedef struct {
     void (*mix_q8_0)(const float *p, const uint8_t *v, size_t stride, int n, int hd,
                      float *out);                                    /* the same over q8_0 rows, stride in bytes */
     void (*to_f16)(const float *x, pi_fp16 *y, int n);
+    /* scores_f16 and mix_f16 of nq queries at once, each key and value row loaded for all of them;
+     * each query's sums are exactly its own call's. Scores of query r go to out + r * ostride;
+     * query r mixes rows lo[r]..hi[r] with weights w + r * wstride (indexed by row) into out[r]. */
+    void (*scores_f16_tile)(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n, int hd,
+                            float scale, float *out, size_t ostride);
+    void (*mix_f16_tile)(const float *w, size_t wstride, const int *lo, const int *hi, int nq, const pi_fp16 *v,
+                         size_t stride, int hd, float *const *out);
 } pi_vec_ops;
 
-void pi_vec_ops_init(pi_vec_ops *v, int use_simd);
+/* the ops of impl (PI_IMPL_*): the scalar reference, AVX2, or AVX2 with AVX-512 where it pays
+ * (PI_IMPL_AVX512, or AUTO on a CPU that has it) */
+void pi_vec_ops_init(pi_vec_ops *v, int impl);
 
 #endif

@@ -1,6 +1,7 @@
 /* api.c - the kernels as public entry points, for tests and micro-benchmarks. Each call
  * builds its own table and activation buffer: simple, and cheap next to the work. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/weights.h"
 #include "kernels.h"
@@ -149,9 +150,42 @@ PI_API int pi_kernel_mix_q8_0(int32_t impl, const void *v, uint64_t stride, cons
     if (!v || !p || !out || n < 0 || hd <= 0 || hd % QK || stride < (uint64_t)(hd / QK) * sizeof(block_q8_0))
         return pi_set_error(PI_ERR_ARG, "mix_q8_0: bad arguments");
     pi_vec_ops ops;
-    pi_vec_ops_init(&ops, impl == PI_IMPL_AVX2);
+    pi_vec_ops_init(&ops, impl);
     if (impl == PI_IMPL_AVX2 && ops.name[0] != 'a')
         return pi_set_error(PI_ERR_UNSUPPORTED, "the AVX2 vector ops are not available on this CPU");
     ops.mix_q8_0(p, v, (size_t)stride, n, hd, out);
+    return PI_OK;
+}
+
+PI_API int pi_kernel_attention_f16(int32_t impl, int32_t tiled, const float *q, int32_t nq, const uint16_t *k,
+                                   const uint16_t *v, uint64_t stride, int32_t n, int32_t hd, float scale, float *scores,
+                                   const float *w, const int32_t *lo, const int32_t *hi, float *out) {
+    if (impl != PI_IMPL_REF && impl != PI_IMPL_AVX2 && impl != PI_IMPL_AVX512)
+        return pi_set_error(PI_ERR_ARG, "attention_f16: impl 1, 2 or 3, not %d", impl);
+    if (!q || !k || !v || !scores || !w || !lo || !hi || !out || nq < 0 || nq > PI_ATT_ROWS || n < 1 || hd <= 0 ||
+        stride < (uint64_t)hd)
+        return pi_set_error(PI_ERR_ARG, "attention_f16: bad arguments");
+    for (int32_t r = 0; r < nq; r++)
+        if (lo[r] < 0 || lo[r] > hi[r] || hi[r] >= n) return pi_set_error(PI_ERR_ARG, "attention_f16: bad rows of query %d", r);
+    pi_vec_ops ops;
+    pi_vec_ops_init(&ops, impl);
+    if ((impl == PI_IMPL_AVX2 && ops.name[0] != 'a') || (impl == PI_IMPL_AVX512 && strcmp(ops.name, "avx512")))
+        return pi_set_error(PI_ERR_UNSUPPORTED, "the %s vector ops are not available on this CPU",
+                            impl == PI_IMPL_AVX2 ? "AVX2" : "AVX-512");
+    const float *qs[PI_ATT_ROWS];
+    float *outs[PI_ATT_ROWS];
+    for (int32_t r = 0; r < nq; r++) {
+        qs[r] = q + (size_t)r * hd;
+        outs[r] = out + (size_t)r * hd;
+    }
+    if (tiled) {
+        ops.scores_f16_tile(qs, nq, k, (size_t)stride, n, hd, scale, scores, (size_t)n);
+        ops.mix_f16_tile(w, (size_t)n, lo, hi, nq, v, (size_t)stride, hd, outs);
+        return PI_OK;
+    }
+    for (int32_t r = 0; r < nq; r++) {
+        ops.scores_f16(qs[r], k, (size_t)stride, n, hd, scale, scores + (size_t)r * n);
+        ops.mix_f16(w + (size_t)r * n + lo[r], v + (size_t)lo[r] * stride, (size_t)stride, hi[r] - lo[r] + 1, hd, outs[r]);
+    }
     return PI_OK;
 }
