@@ -15,6 +15,9 @@ static pi_weight expert(const pi_weight *w, int e) {
     return one;
 }
 
+/* tokens per router call, as many as a prefill tile of the threaded matmul */
+enum { ROUTER_TOKENS = 64 };
+
 /* p = softmax(p) over n values, the sum in double as ggml's soft_max */
 static void softmax(float *p, int n) {
     float max = p[0];
@@ -29,8 +32,12 @@ static void softmax(float *p, int n) {
  * pairs grouped by expert: expert e's pairs are [moe_first[e], moe_first[e + 1]), in token order. */
 static void route(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const int E = c->model->n_expert, k = c->model->n_expert_used;
-    const pi_mm_target router = { &L->ffn_gate_inp, c->moe_probs };
-    pi_matmul(c, a, n, &router, 1);
+    /* the router's few rows on this thread: waking the pool would cost more than they do */
+    const pi_weight *r = &L->ffn_gate_inp;
+    const pi_matmul_fn router = r->grouped ? c->kern.matmul_grouped[r->type] : c->kern.matmul[r->type];
+    for (int t0 = 0; t0 < n; t0 += ROUTER_TOKENS)
+        router(r->data, r->row_bytes, NULL, 0, E, pi_act_from(a, t0), n - t0 < ROUTER_TOKENS ? n - t0 : ROUTER_TOKENS,
+               c->moe_probs + (size_t)t0 * E, E);
     int32_t *first = c->moe_first;
     memset(first, 0, (size_t)(E + 1) * sizeof *first);
     for (int t = 0; t < n; t++) {
