@@ -188,8 +188,7 @@ static inline float pi_bf16_to_f32(pi_bf16 h) {
 }
 
 /* Weights in groups of PI_GROUP_ROWS rows, block by block (kernels/groups.c has the layout): the
- * types that have it (the 32-weight block formats, Q4_K, Q5_K, Q6_K), where a group block keeps its quants and its
- * high bits, a whole weight of n_rows (a multiple of the group) grouped in place with room for
+ * types that have it (the 32-weight block formats, Q4_K, Q5_K, Q6_K), a whole weight of n_rows (a multiple of the group) grouped in place with room for
  * one group in scratch, block b of one row as the file has it, and one group's rows put back in
  * row order (the devices' uploads). The file's bits, moved: a group of rows takes the bytes of
  * its rows. */
@@ -202,8 +201,6 @@ enum { PI_GROUP_ROWS = 16 };
 extern "C" {
 #endif
 int pi_groups_hold(uint32_t type);
-size_t pi_group_quants_offset(uint32_t type);
-size_t pi_group_high_bits_offset(uint32_t type); /* Q5_0, Q5_1: the 8 masks of bit 4 */
 void pi_group_rows(uint32_t type, uint8_t *W, size_t row_bytes, int64_t n_rows, uint8_t *scratch);
 void pi_group_row_block(uint32_t type, const uint8_t *W, size_t row_bytes, int64_t row, size_t b, uint8_t *block);
 void pi_group_unpack_rows(uint32_t type, const uint8_t *group, size_t row_bytes, uint8_t *rows);

@@ -68,20 +68,6 @@ static int fields_of(uint32_t type, field f[5]) {
     }
 }
 
-/* Where a field of 32-weight blocks starts in a group block: 16 times its place in the block. */
-size_t pi_group_high_bits_offset(uint32_t type) {
-    switch (type) {
-    case PI_TYPE_Q5_0: return PI_GROUP_ROWS * offsetof(block_q5_0, qh);
-    case PI_TYPE_Q5_1: return PI_GROUP_ROWS * offsetof(block_q5_1, qh);
-    default: PI_BAD_TYPE();
-    }
-}
-
-size_t pi_group_quants_offset(uint32_t type) {
-    field f[5];
-    return PI_GROUP_ROWS * f[fields_of(type, f) - 1].offset; /* qs, their last field */
-}
-
 /* A field of whole bytes moves in pieces: an fp16 whole, a byte array 4 bytes at a time. Where
  * row r's piece k lies in the group block. */
 static size_t piece_bytes(const field *f) { return f->kind == HALF ? 2 : 4; }

@@ -20,11 +20,32 @@ enum {
 
 #include "kgroups.h"
 
+/* Where a 32-weight format's group block keeps its quants, and the 5-bit formats' masks of bit 4:
+ * inline, so that each type's tile folds them to constants. */
+INLINE size_t group_qs(int type) {
+    switch (type) {
+    case PI_TYPE_Q4_0: return KG(q4_0, qs);
+    case PI_TYPE_Q4_1: return KG(q4_1, qs);
+    case PI_TYPE_Q5_0: return KG(q5_0, qs);
+    case PI_TYPE_Q5_1: return KG(q5_1, qs);
+    case PI_TYPE_Q8_0: return KG(q8_0, qs);
+    default: PI_BAD_TYPE();
+    }
+}
+
+INLINE size_t group_qh(int type) {
+    switch (type) {
+    case PI_TYPE_Q5_0: return KG(q5_0, qh);
+    case PI_TYPE_Q5_1: return KG(q5_1, qh);
+    default: PI_BAD_TYPE();
+    }
+}
+
 #if defined(__AVX512VNNI__)
 
 /* The 8 weight vectors of group block p: w[k] holds weights 4k .. 4k + 3 of each row, unsigned. */
 INLINE void group_weights(int type, const uint8_t *p, __m512i w[8]) {
-    const uint8_t *q = p + pi_group_quants_offset((uint32_t)type);
+    const uint8_t *q = p + group_qs(type);
     if (type == PI_TYPE_Q8_0) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) w[k] = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * k), _mm512_set1_epi8((char)0x80));
@@ -38,7 +59,7 @@ INLINE void group_weights(int type, const uint8_t *p, __m512i w[8]) {
         w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     }
     if (!is_q5(type)) return;
-    const uint8_t *masks = p + pi_group_high_bits_offset((uint32_t)type); /* bit 4 of each weight, a mask per w[k] */
+    const uint8_t *masks = p + group_qh(type); /* bit 4 of each weight, a mask per w[k] */
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) w[k] = _mm512_mask_add_epi8(w[k], load_u64(masks + 8 * k), w[k], _mm512_set1_epi8(16));
 }
@@ -95,7 +116,7 @@ INLINE void group_tile(int type, int T, const uint8_t *group, uintptr_t ahead, p
 /* w[k]: weights 4k .. 4k + 3 of each row of half h of group block p; Q8_0 stays signed
  * (weight_offset() says why) */
 INLINE void half_weights(int type, const uint8_t *p, int h, __m256i w[8]) {
-    const uint8_t *q = p + pi_group_quants_offset((uint32_t)type);
+    const uint8_t *q = p + group_qs(type);
     if (type == PI_TYPE_Q8_0) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) w[k] = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h));
@@ -109,7 +130,7 @@ INLINE void half_weights(int type, const uint8_t *p, int h, __m256i w[8]) {
         w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
     if (!is_q5(type)) return;
-    const uint8_t *masks = p + pi_group_high_bits_offset((uint32_t)type); /* a mask per w[k]; this half's 32 bits */
+    const uint8_t *masks = p + group_qh(type); /* a mask per w[k]; this half's 32 bits */
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) w[k] = add_bit4(w[k], (uint32_t)(load_u64(masks + 8 * k) >> (32 * h)));
 }

@@ -26,7 +26,7 @@
 #include "kquants.h"
 #include "simd.h"
 
-/* Where field f of a K-quant super-block starts in its group super-block. */
+/* Where field f of a block starts in its group block: 16 times its place in the block. */
 #define KG(fmt, f) (PI_GROUP_ROWS * offsetof(block_##fmt, f))
 
 /* Where each type keeps the fields the tile reads. */
