@@ -34,7 +34,7 @@ static void route(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const int E = c->model->n_expert, k = c->model->n_expert_used;
     /* the router's few rows on this thread: waking the pool would cost more than they do */
     const pi_weight *r = &L->ffn_gate_inp;
-    const pi_matmul_fn router = r->grouped ? c->kern.matmul_grouped[r->type] : c->kern.matmul[r->type];
+    const pi_matmul_fn router = pi_weight_matmul(&c->kern, r);
     for (int t0 = 0; t0 < n; t0 += ROUTER_TOKENS)
         router(r->data, r->row_bytes, NULL, 0, E, pi_act_from(a, t0), n - t0 < ROUTER_TOKENS ? n - t0 : ROUTER_TOKENS,
                c->moe_probs + (size_t)t0 * E, E);

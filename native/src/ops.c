@@ -34,7 +34,7 @@ static void mm_worker(void *arg, int ith, int nth) {
         const int r0 = (c % row_chunks) * t->rows_per_chunk, t0 = (c / row_chunks) * t->toks_per_chunk;
         const int nr = rows - r0 < t->rows_per_chunk ? rows - r0 : t->rows_per_chunk;
         const int nt = t->nt - t0 < t->toks_per_chunk ? t->nt - t0 : t->toks_per_chunk;
-        const pi_matmul_fn mm = tg->w->grouped ? t->kern->matmul_grouped[tg->w->type] : t->kern->matmul[tg->w->type];
+        const pi_matmul_fn mm = pi_weight_matmul(t->kern, tg->w);
         mm(tg->w->data, tg->w->row_bytes, NULL, r0, nr, pi_act_from(t->x, t0), nt, tg->Y + (size_t)t0 * rows + r0, rows);
     }
     (void)ith;

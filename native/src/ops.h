@@ -10,6 +10,11 @@ typedef struct {
     float *Y;             /* [nt][w->n_out] */
 } pi_mm_target;
 
+/* The matmul kernel of a weight's type and layout (row-major, or in groups of rows). */
+static inline pi_matmul_fn pi_weight_matmul(const pi_kernels *k, const pi_weight *w) {
+    return w->grouped ? k->matmul_grouped[w->type] : k->matmul[w->type];
+}
+
 /* Y_i[t] = W_i x[t] for up to three weights that read the same input, on the thread pool, plus
  * the context's LoRA term where its adapter adapts W_i. */
 void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets);
