@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import subprocess
 import tempfile
 import time
@@ -33,10 +34,12 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
-from gguf.constants import GGML_QUANT_SIZES
-from gguf.quants import quantize
+from gguf.quants import quant_shape_to_byte_shape, quantize
 
 from pypowerinfer._ffi import check, ffi, lib
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from synthetic import K_SCALE_OFFSETS, random_k_blocks  # noqa: E402  (gguf-py cannot quantize to K-quants)
 
 IMPLS = {"ref": 1, "avx2": 2, "avx512": 3}
 # (type, n = inputs per row, rows): ffn_gate/ffn_up, ffn_down, the tied output matrix.
@@ -46,9 +49,6 @@ IMPLS = {"ref": 1, "avx2": 2, "avx512": 3}
 SHAPES = [("Q4_1", 576, 1536), ("Q4_1", 1536, 576), ("Q8_0", 576, 49152), ("Q4_0", 2048, 5632), ("Q4_0", 5632, 2048),
           ("Q4_K", 1024, 640), ("Q4_K", 2048, 640), ("Q6_K", 2048, 640), ("Q4_K", 2048, 5632), ("Q6_K", 2048, 5632)]
 GROUPED = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
-# Where a K-quant super-block keeps its fp16 d (and dmin): gguf-py cannot quantize to these, so the
-# benchmark takes random bytes and sets these to a small scale.
-K_SCALES_AT = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 PEAK_OF = {"avx512": "vpdpbusd zmm", "avx2": "vpmaddubsw+vpmaddwd ymm"}
 COLD_BYTES = 128 << 20
 # (type, rows = n_ff, d = n_embd) of ffn_down_t, and the shares of active rows.
@@ -63,12 +63,8 @@ def impl_available(impl: str) -> bool:
 
 
 def encode(qtype: str, rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    if qtype in K_SCALES_AT:
-        block = GGML_QUANT_SIZES[QT[qtype]][1]
-        w = rng.integers(0, 256, (rows * n // 256, block), dtype=np.uint8)
-        for at in K_SCALES_AT[qtype]:
-            w[:, at:at + 2] = np.float16(1e-4).reshape(1).view(np.uint8)
-        return w.reshape(rows, -1)
+    if qtype in K_SCALE_OFFSETS:
+        return random_k_blocks(qtype, tuple(quant_shape_to_byte_shape((rows, n), QT[qtype])), rng, 0.05)
     data = rng.standard_normal((rows, n), dtype=np.float32) * 0.05
     return np.ascontiguousarray(quantize(data, QT[qtype])).view(np.uint8)
 

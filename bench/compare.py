@@ -7,7 +7,7 @@ Prints decode tok/s (one token at a time after a short prompt), prefill tok/s (o
 --prefill tokens), the ratio ours/theirs, the bytes each decoded token must read, and the
 share of the memory-bandwidth roofline each engine reaches. Without MODEL it uses the default
 SmolLM2-135M-Instruct; `--synthetic SHAPE` builds (bench/make_tinyllama.py) and uses a random-weight
-model of that shape: tinyllama (1.1B Q4_0, also `--tinyllama`), qwen3-0.6b, qwen3moe-1b. With
+model of that shape: tinyllama (1.1B Q4_0, also `--tinyllama`), tinyllama-q4_k_m, qwen3-0.6b, qwen3moe-1b. With
 --lora both engines apply the adapter; --lora-rank writes a random F16 one of that rank for the
 model's attention and FFN (tests/synthetic_lora.py) and uses it.
 """
@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from make_tinyllama import FILE_NAMES  # noqa: E402  (the synthetic shapes)
 
 
 def weight_bytes_per_token(path: str) -> int:
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
     p.add_argument("model", nargs="?")
     p.add_argument("--tinyllama", action="store_const", const="tinyllama", dest="synthetic",
                    help="--synthetic tinyllama")
-    p.add_argument("--synthetic", choices=("tinyllama", "tinyllama-q4_k_m", "qwen3-0.6b", "qwen3moe-1b"),
+    p.add_argument("--synthetic", choices=list(FILE_NAMES),
                    help="use the random-weight model of this shape (built if missing)")
     p.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     p.add_argument("--decode", type=int, default=128)
@@ -101,9 +103,6 @@ def main(argv=None) -> int:
     from pypowerinfer import Llama, default_model_path
 
     if args.synthetic:
-        sys.path.insert(0, str(HERE))
-        from make_tinyllama import FILE_NAMES
-
         model = str(HERE / "models" / FILE_NAMES[args.synthetic])
         subprocess.run([sys.executable, str(HERE / "make_tinyllama.py"), "--shape", args.synthetic, "-o", model],
                        check=True)
