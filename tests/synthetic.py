@@ -225,6 +225,8 @@ def _metadata(*, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train,
            if head_dim else {}),
         **({f"{arch}.expert_count": (n_expert, u32), f"{arch}.expert_used_count": (n_expert_used, u32),
             f"{arch}.expert_feed_forward_length": (n_ff_exp, u32)} if n_expert else {}),
+        # softmax, as HF's converter always writes it (extra_kv for sigmoid, sliding windows)
+        **({f"{arch}.expert_gating_func": (1, u32)} if arch == "smallthinker" else {}),
         "tokenizer.ggml.model": ("gpt2", s),
         "tokenizer.ggml.pre": ("gpt-2", s),
         "tokenizer.ggml.tokens": (tokens, arr),
@@ -264,7 +266,8 @@ def write_llama_gguf(path, *, n_vocab=288, n_embd=64, n_layer=2, n_head=4, n_hea
     no gate, no ffn_norm) or PowerInfer's (opt: LayerNorms, every bias, position_embd, no gate);
     attn_norm_2: falcon-40b's separate attention norm;
     head_dim: the head size when it is not n_embd / n_head (written as key_length and value_length);
-    n_expert, n_expert_used, n_ff_exp: an MoE FFN (qwen3moe: router ffn_gate_inp, 3-D expert tensors).
+    n_expert, n_expert_used, n_ff_exp: an MoE FFN (qwen3moe, smallthinker: router ffn_gate_inp, 3-D expert
+    tensors; smallthinker's expert_gating_func is 1, softmax).
     """
     dims = dict(n_vocab=n_vocab, n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff)
     plan = _tensor_plan(**dims, weight_type=weight_type, output_type=output_type, biases=biases, arch=arch,

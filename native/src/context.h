@@ -65,6 +65,7 @@ struct pi_context {
     float *moe_x;       /* [B][n_embd]   one expert's tokens' inputs */
     pi_act_store moe_q; /* [B][max(n_embd, n_ff_exp)/32] (/256) those inputs quantized, then its activation product */
     float *moe_out;     /* [B][n_embd]   its output per token */
+    int32_t *moe_live;  /* [n_ff_exp]    a ReGLU expert's neurons with a gate > 0 (ffn_moe.c) */
     float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */
     pi_act_store out_q; /* [B][n_embd/32], [B][n_embd/256] */
     float *logits;      /* [logits_rows][n_vocab] */

@@ -1,5 +1,6 @@
 /* ffn_moe.c - the mixture-of-experts FFN (ffn_moe.h), as llama.cpp's build_moe_ffn runs
- * qwen3moe: softmax gating, top-k, weights normalised over the chosen experts, SwiGLU experts. */
+ * qwen3moe (softmax gating, SwiGLU experts) and smallthinker (softmax or sigmoid gating, ReGLU
+ * experts): top-k, weights normalised over the chosen experts. */
 #include <math.h>
 #include <string.h>
 
@@ -18,6 +19,16 @@ static pi_weight expert(const pi_weight *w, int e) {
 /* tokens per router call, as many as a prefill tile of the threaded matmul */
 enum { ROUTER_TOKENS = 64 };
 
+void pi_moe_logits(pi_context *c, const pi_layer *L, int n, pi_act a) {
+    const int E = c->model->n_expert;
+    /* the router's few rows on this thread: waking the pool would cost more than they do */
+    const pi_weight *r = &L->ffn_gate_inp;
+    const pi_matmul_fn router = pi_weight_matmul(&c->kern, r);
+    for (int t0 = 0; t0 < n; t0 += ROUTER_TOKENS)
+        router(r->data, r->row_bytes, NULL, 0, E, pi_act_from(a, t0), n - t0 < ROUTER_TOKENS ? n - t0 : ROUTER_TOKENS,
+               c->moe_probs + (size_t)t0 * E, E);
+}
+
 /* p = softmax(p) over n values, the sum in double as ggml's soft_max */
 static void softmax(float *p, int n) {
     float max = p[0];
@@ -28,23 +39,25 @@ static void softmax(float *p, int n) {
     for (int i = 0; i < n; i++) p[i] *= scale;
 }
 
-/* Each token's k experts (largest probability first) and their weights, then the (token, expert)
- * pairs grouped by expert: expert e's pairs are [moe_first[e], moe_first[e + 1]), in token order. */
-static void route(pi_context *c, const pi_layer *L, int n, pi_act a) {
-    const int E = c->model->n_expert, k = c->model->n_expert_used;
-    /* the router's few rows on this thread: waking the pool would cost more than they do */
-    const pi_weight *r = &L->ffn_gate_inp;
-    const pi_matmul_fn router = pi_weight_matmul(&c->kern, r);
-    for (int t0 = 0; t0 < n; t0 += ROUTER_TOKENS)
-        router(r->data, r->row_bytes, NULL, 0, E, pi_act_from(a, t0), n - t0 < ROUTER_TOKENS ? n - t0 : ROUTER_TOKENS,
-               c->moe_probs + (size_t)t0 * E, E);
+/* p = sigmoid(p), as ggml's */
+static void sigmoid(float *p, int n) {
+    for (int i = 0; i < n; i++) p[i] = 1.0f / (1.0f + expf(-p[i]));
+}
+
+/* Each token's k experts (largest probability first) and their weights, from the logits in
+ * moe_probs, then the (token, expert) pairs grouped by expert: expert e's pairs are
+ * [moe_first[e], moe_first[e + 1]), in token order. */
+static void route(pi_context *c, int n) {
+    const pi_model *m = c->model;
+    const int E = m->n_expert, k = m->n_expert_used;
     int32_t *first = c->moe_first;
     memset(first, 0, (size_t)(E + 1) * sizeof *first);
     for (int t = 0; t < n; t++) {
         float *p = c->moe_probs + (size_t)t * E, sum = 0.0f;
         int32_t *sel = c->moe_sel + (size_t)t * k;
         float *w = c->moe_sel_w + (size_t)t * k;
-        softmax(p, E);
+        if (m->moe_gating == PI_GATING_SIGMOID) sigmoid(p, E);
+        else softmax(p, E);
         for (int j = 0; j < k; j++) {
             int best = 0;
             for (int e = 1; e < E; e++) best = p[e] > p[best] ? e : best;
@@ -53,6 +66,8 @@ static void route(pi_context *c, const pi_layer *L, int n, pi_act a) {
             p[best] = -1.0f; /* taken: below every probability */
             first[best + 1]++;
         }
+        /* llama.cpp clamps the sum to f16's smallest normal, for sigmoids that all round to 0 */
+        sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
         for (int j = 0; j < k; j++) w[j] /= sum;
     }
     for (int e = 0; e < E; e++) first[e + 1] += first[e];
@@ -80,24 +95,104 @@ static pi_act gather(pi_context *c, pi_act a, const int32_t *tokens, int m) {
     return (pi_act){ c->moe_x, a.q ? c->moe_q.q : NULL, a.k ? c->moe_q.k : NULL, d };
 }
 
+/* moe_out[0..count) = expert e of layer L on its count tokens x, every neuron */
+static void expert_dense(pi_context *c, const pi_layer *L, int e, pi_act x, int count) {
+    const int n_ff = c->model->n_ff_exp;
+    const pi_weight gate = expert(&L->ffn_gate_exps, e), up = expert(&L->ffn_up_exps, e),
+                    down = expert(&L->ffn_down_exps, e);
+    const pi_mm_target gate_up[2] = { { &gate, c->gate }, { &up, c->up } }, out = { &down, c->moe_out };
+    pi_matmul(c, x, count, gate_up, 2);
+    pi_activate(c, c->gate, c->up, (size_t)count * n_ff);
+    pi_matmul(c, pi_quantize(&c->kern, c->gate, c->moe_q, count, n_ff), count, &out, 1);
+    c->stats.ffn_rows_done += (int64_t)count * n_ff;
+    c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + pi_weight_bytes(&up) + pi_weight_bytes(&down));
+}
+
+/* c->moe_live[0..) = the neurons whose gate is > 0 for any of the count tokens; returns how many */
+static int live_neurons(pi_context *c, int count) {
+    const int n_ff = c->model->n_ff_exp;
+    int n_live = 0;
+    for (int i = 0; i < n_ff; i++) {
+        int on = 0;
+        for (int t = 0; t < count && !on; t++) on = c->gate[(size_t)t * n_ff + i] > 0.0f;
+        if (on) c->moe_live[n_live++] = i;
+    }
+    return n_live;
+}
+
+/* moe_out = down h over the column blocks of one token's h holding a live neuron: the others
+ * are all zero and add nothing. Columns go in blocks of the weight's type (at least the 32 of
+ * the 8-bit activations); a run of consecutive live blocks is one matmul over that slice of
+ * down's rows, the runs' sums added in order. Returns the weight bytes read. */
+static int64_t down_live_blocks(pi_context *c, const pi_weight *down, pi_act h, int n_live) {
+    const int d = c->model->info.n_embd, n_ff = c->model->n_ff_exp, bs = pi_type_block_size(down->type);
+    const int cols = bs > QK ? bs : QK;
+    const size_t bytes_per_col_block = (size_t)(cols / bs) * pi_type_block_bytes(down->type);
+    int64_t bytes = 0;
+    memset(c->moe_out, 0, (size_t)d * sizeof(float));
+    for (int j = 0; j < n_live;) {
+        const int b0 = c->moe_live[j] / cols;
+        int b1 = b0 + 1; /* the run: blocks b0 .. b1 - 1 */
+        while (j < n_live && c->moe_live[j] / cols <= b1) b1 = c->moe_live[j++] / cols + 1;
+        const int c0 = b0 * cols, c1 = b1 * cols < n_ff ? b1 * cols : n_ff;
+        pi_weight slice = *down;
+        slice.n_in = c1 - c0;
+        slice.data = down->data + (size_t)b0 * bytes_per_col_block;
+        const pi_act part = { h.f + c0, h.q ? h.q + c0 / QK : NULL, h.k ? h.k + c0 / QK_K : NULL, c1 - c0 };
+        /* moe_x is free: a one-token expert reads its input in place (gather) */
+        const pi_mm_target out = { &slice, c->moe_x };
+        pi_matmul(c, part, 1, &out, 1);
+        c->vec.axpy(1.0f, c->moe_x, c->moe_out, d);
+        bytes += (int64_t)(b1 - b0) * (int64_t)bytes_per_col_block * d;
+    }
+    return bytes;
+}
+
+/* The same for a ReGLU expert, relu(gate) * up: a neuron whose gate is <= 0 for every token
+ * adds exactly 0, so after the gate only the live neurons' up rows are read, and down over the
+ * live ones (one token: only its column blocks holding a live neuron; several: every column,
+ * as their activations interleave). The same products and sums as expert_dense. */
+static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x, int count) {
+    const int n_ff = c->model->n_ff_exp;
+    const pi_weight gate = expert(&L->ffn_gate_exps, e), up = expert(&L->ffn_up_exps, e),
+                    down = expert(&L->ffn_down_exps, e);
+    const pi_mm_target g = { &gate, c->gate };
+    pi_matmul(c, x, count, &g, 1);
+    const int n_live = live_neurons(c, count);
+    const pi_mm_target u = { &up, c->up, c->moe_live, n_live }; /* packed: [count][n_live] */
+    pi_matmul(c, x, count, &u, 1);
+    for (int t = 0; t < count; t++) {
+        float *gt = c->gate + (size_t)t * n_ff;
+        const float *ut = c->up + (size_t)t * n_live;
+        for (int i = 0; i < n_ff; i++) gt[i] = gt[i] > 0.0f ? gt[i] : 0.0f;
+        for (int j = 0; j < n_live; j++) gt[c->moe_live[j]] *= ut[j];
+    }
+    const pi_act h = pi_quantize(&c->kern, c->gate, c->moe_q, count, n_ff);
+    int64_t down_bytes = (int64_t)count * (int64_t)pi_weight_bytes(&down);
+    if (count == 1) {
+        down_bytes = down_live_blocks(c, &down, h, n_live);
+    } else {
+        const pi_mm_target out = { &down, c->moe_out };
+        pi_matmul(c, h, count, &out, 1);
+    }
+    c->stats.ffn_rows_done += (int64_t)count * n_live;
+    c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + (int64_t)n_live * up.row_bytes) + down_bytes;
+}
+
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const pi_model *m = c->model;
-    const int d = m->info.n_embd, n_ff = m->n_ff_exp;
-    route(c, L, n, a);
+    const int d = m->info.n_embd;
+    if (!m->router_on_input) pi_moe_logits(c, L, n, a);
+    route(c, n);
     memset(c->delta, 0, (size_t)n * d * sizeof(float));
     for (int e = 0; e < m->n_expert; e++) {
         const int32_t p0 = c->moe_first[e], count = c->moe_first[e + 1] - p0;
         if (count == 0) continue; /* not routed to: not read */
-        const pi_weight gate = expert(&L->ffn_gate_exps, e), up = expert(&L->ffn_up_exps, e),
-                        down = expert(&L->ffn_down_exps, e);
-        const pi_mm_target gate_up[2] = { { &gate, c->gate }, { &up, c->up } }, out = { &down, c->moe_out };
-        pi_matmul(c, gather(c, a, c->moe_tok + p0, count), count, gate_up, 2);
-        pi_activate(c, c->gate, c->up, (size_t)count * n_ff);
-        pi_matmul(c, pi_quantize(&c->kern, c->gate, c->moe_q, count, n_ff), count, &out, 1);
+        const pi_act x = gather(c, a, c->moe_tok + p0, count);
+        if (m->moe_skip_rows) expert_live(c, L, e, x, count);
+        else expert_dense(c, L, e, x, count);
         for (int i = 0; i < count; i++)
             c->vec.axpy(c->moe_tok_w[p0 + i], c->moe_out + (size_t)i * d, c->delta + (size_t)c->moe_tok[p0 + i] * d, d);
-        c->stats.ffn_rows_done += (int64_t)count * n_ff;
-        c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + pi_weight_bytes(&up) + pi_weight_bytes(&down));
     }
     c->step_bytes += (int64_t)n * (int64_t)pi_weight_bytes(&L->ffn_gate_inp);
 }

@@ -1,13 +1,19 @@
-/* ffn_moe.h - a mixture-of-experts FFN (qwen3moe): a router picks each token's experts and
- * weights them; each expert is a SwiGLU FFN of its own. */
+/* ffn_moe.h - a mixture-of-experts FFN (qwen3moe, smallthinker): a router picks each token's
+ * experts and weights them; each expert is a gated FFN of its own (SwiGLU, or ReGLU). */
 #ifndef PI_FFN_MOE_H
 #define PI_FFN_MOE_H
 #include "context.h"
 
+/* c->moe_probs[0..n) = layer L's router logits of a (quantized where the router is): the FFN's
+ * normed input (qwen3moe, inside pi_ffn_moe), or the layer's input before attention
+ * (smallthinker, model.router_on_input), kept there for the FFN step of the same layer. */
+void pi_moe_logits(pi_context *c, const pi_layer *L, int n, pi_act a);
+
 /* delta[0..n) = the MoE FFN of layer L on a, the FFN's normed input (quantized): per token the
- * router's softmax, its top n_expert_used experts with their probabilities renormalised to sum
- * 1, and the weighted sum of those experts' outputs. Each expert runs once per step over all the
- * tokens routed to it, so its weights are read once; only routed experts are read. */
+ * router's softmax (or sigmoid), its top n_expert_used experts with their probabilities
+ * renormalised to sum 1, and the weighted sum of those experts'
+ * outputs. Each expert runs once per step over all the tokens routed to it, so its weights are
+ * read once; only routed experts are read, and of a ReGLU expert only its live neurons' rows. */
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a);
 
 #endif

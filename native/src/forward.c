@@ -111,6 +111,8 @@ int pi_attention_block(pi_context *c, int il, int n) {
     const int d = h->n_embd, hd = m->head_dim, q_dim = h->n_head * hd, kv_dim = h->n_head_kv * hd;
     int rc;
 
+    /* smallthinker routes from the layer's input: its logits wait in moe_probs for the FFN */
+    if (m->router_on_input) pi_moe_logits(c, L, n, pi_quantize(&c->kern, c->x, c->xq, n, d));
     pi_norm(c, c->x, L->attn_norm, L->attn_norm_b, c->xn, n);
     pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
     const pi_mm_target qkv[3] = { { &L->attn_q, c->q }, { &L->attn_k, c->k }, { &L->attn_v, c->v } };
@@ -123,8 +125,10 @@ int pi_attention_block(pi_context *c, int il, int n) {
     if (m->parallel && (rc = pi_ffn_block(c, il, n))) return rc;
     if (L->attn_q_norm) pi_rmsnorm(c, c->q, L->attn_q_norm, c->q, n * h->n_head, hd); /* per head */
     if (L->attn_k_norm) pi_rmsnorm(c, c->k, L->attn_k_norm, c->k, n * h->n_head_kv, hd);
-    pi_rope(c, c->q, h->n_head, n, L->rope_local);
-    pi_rope(c, c->k, h->n_head_kv, n, L->rope_local);
+    if (!L->no_rope) {
+        pi_rope(c, c->q, h->n_head, n, L->rope_local);
+        pi_rope(c, c->k, h->n_head_kv, n, L->rope_local);
+    }
     pi_kv_store(c, il, n);
     pi_kv_prepare_q(c, n);
 

@@ -22,6 +22,7 @@ enum {
     ARCH_ENCODER = 1 << 8,       /* bidirectional, post-norms, normed input embeddings, no output (encoder.c) */
     ARCH_QK_NORM = 1 << 9,       /* blk.N.attn_q_norm / attn_k_norm: RMSNorm of each head of q and k */
     ARCH_MOE = 1 << 10,          /* the FFN is a router over experts (read_moe, bind_moe; ffn_moe.c) */
+    ARCH_ROUTER_ON_INPUT = 1 << 11, /* the router reads the layer's input, not the FFN's normed input */
 };
 
 /* Architectures we run, the FFN activation each implies, and its traits. */
@@ -32,6 +33,8 @@ static const struct { const char *arch; int ffn_act; unsigned traits; } ARCHS[] 
     { "qwen2", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX }, /* llama's block with q/k/v biases */
     { "qwen3", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_QK_NORM },
     { "qwen3moe", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_QK_NORM | ARCH_MOE },
+    /* PowerInfer's SmallThinker: ReGLU experts, routed from the layer's input */
+    { "smallthinker", PI_ACT_RELU_GLU, ARCH_ROPE_NEOX | ARCH_MOE | ARCH_ROUTER_ON_INPUT },
     { "phi3", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_FUSED_GATE_UP },
     /* as PowerInfer's llama.cpp runs OPT (ReLU) */
     { "opt", PI_ACT_RELU, ARCH_UNGATED | ARCH_LAYER_NORM | ARCH_NO_ROPE | ARCH_LEARNED_POS },
@@ -91,7 +94,8 @@ static int read_arch(pi_model *m) {
             return PI_OK;
         }
     return pi_set_error(PI_ERR_UNSUPPORTED,
-                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, qwen3, qwen3moe, phi3, opt, falcon, bert, nomic-bert)", m->arch);
+                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, qwen3, qwen3moe, smallthinker, phi3, opt, falcon, bert, "
+                        "nomic-bert)", m->arch);
 }
 
 /* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
@@ -108,7 +112,38 @@ static int read_gemma3(pi_model *m) {
         return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible sliding window %u or local rope base %g", window, local_base);
     m->embd_scale = sqrtf((float)m->info.n_embd);
     m->swa_window = (int32_t)window;
+    m->swa_period = 6; /* every sixth layer global */
     m->rope_base_local = local_base;
+    return PI_OK;
+}
+
+/* SmallThinker, as llama.cpp reads it: expert_gating_func (required: 1 softmax, 2 sigmoid), and
+ * with attention.sliding_window > 0 sliding-window layers (il % sliding_window_pattern != 0,
+ * pattern 4 when absent) with their optional rope.freq_base_swa, and the NoPE layers il % 4 == 0
+ * (llama.cpp's n_no_rope_layer_step). llama.cpp does not read expert_weights_scale for it
+ * (measured: a file with 2.5 gives its logits to the bit), so neither do we. */
+static int read_smallthinker(pi_model *m) {
+    uint32_t gating = 0, window = 0, period = 4;
+    float base_swa = 0.0f;
+    int rc;
+    if ((rc = arch_key_u32(m, "expert_gating_func", 1, &gating)) ||
+        (rc = arch_key_u32(m, "attention.sliding_window", 0, &window)) ||
+        (rc = arch_key_u32(m, "attention.sliding_window_pattern", 0, &period)) ||
+        (rc = arch_key_f32(m, "rope.freq_base_swa", 0, &base_swa)))
+        return rc;
+    if (gating != PI_GATING_SOFTMAX && gating != PI_GATING_SIGMOID)
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_gating_func %u is not 1 (softmax) or 2 (sigmoid)", m->arch,
+                            gating);
+    if (window > 0 && base_swa != 0.0f && !(base_swa > 0.0f && isfinite(base_swa)))
+        return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible %s.rope.freq_base_swa %g", m->arch, base_swa);
+    m->moe_gating = (int)gating;
+    if (window == 0) return PI_OK; /* no window: every layer global and rotated */
+    /* llama.cpp runs a 4096-position window whatever the file says (its SmallThinker loader) */
+    m->swa_window = 4096;
+    m->swa_period = (int32_t)(period > INT32_MAX ? INT32_MAX : period);
+    m->swa_dense_first = 1;
+    m->no_rope_step = 4;
+    if (base_swa > 0.0f) m->rope_base_local = base_swa;
     return PI_OK;
 }
 
@@ -144,6 +179,8 @@ static int read_moe(pi_model *m) {
     m->n_expert = (int32_t)n_expert;
     m->n_expert_used = (int32_t)n_used;
     m->n_ff_exp = (int32_t)n_ff_exp;
+    m->moe_gating = PI_GATING_SOFTMAX;
+    m->router_on_input = (m->traits & ARCH_ROUTER_ON_INPUT) != 0;
     return PI_OK;
 }
 
@@ -159,6 +196,7 @@ static int read_traits(pi_model *m) {
     if (!rc && (m->traits & ARCH_MOE)) rc = read_moe(m);
     if (rc) return rc;
     if (strcmp(m->arch, "gemma3") == 0) return read_gemma3(m);
+    if (strcmp(m->arch, "smallthinker") == 0) return read_smallthinker(m);
     /* Mistral-style llama: every layer sees the last `window` positions, with the global rope;
      * 0, like an absent key, means no window (llama.cpp's n_swa) */
     uint32_t window = 0;
@@ -536,6 +574,13 @@ static int order_neurons(pi_model *m) {
     return rc;
 }
 
+/* whether layer il is a sliding-window layer of the cycle (llama.cpp's set_swa_pattern) */
+static int is_local(const pi_model *m, int il) {
+    const int p = m->swa_period;
+    if (p == 0) return 1;
+    return m->swa_dense_first ? il % p != 0 : il % p < p - 1;
+}
+
 static int bind_tensors(pi_model *m) {
     const pi_model_info *h = &m->info;
     const int64_t d = h->n_embd, q_dim = (int64_t)h->n_head * m->head_dim, kv_dim = (int64_t)h->n_head_kv * m->head_dim;
@@ -590,9 +635,10 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_vector(m, &L->post_attn_norm, &cur, NAME("post_attention_norm.weight"), d, gemma)) ||
             (rc = bind_vector(m, &L->post_ffn_norm, &cur, NAME("post_ffw_norm.weight"), d, gemma)))
             return rc;
-        /* gemma3: every sixth layer is global, the others local with their own rope base */
-        L->local = m->swa_window > 0 && !(gemma && (il + 1) % 6 == 0);
-        L->rope_local = gemma && L->local;
+        L->local = m->swa_window > 0 && is_local(m, il);
+        L->rope_local = L->local && m->rope_base_local > 0.0f;
+        /* llama.cpp: a step of n_layer (here 0) rotates every layer */
+        L->no_rope = m->no_rope_step > 0 && m->no_rope_step != h->n_layer && il % m->no_rope_step == 0;
 #undef NAME
     }
     if ((rc = check_predictors(m))) return rc;
@@ -618,14 +664,15 @@ enum { LAYER_DENSE = 10 };
 /* Weight i of those the dense matmuls read: 10 per layer (an MoE layer's experts, each in its
  * own whole groups, or the dense FFN), then the output (tied: the token embedding, whose row
  * lookup learns the groups, pi_token_rows); NULL where that one is read otherwise. Left out: the
- * predictors, ffn_down_t, and a predicted layer's gate and up, whose rows the sparse FFN picks
- * one by one. */
+ * predictors, ffn_down_t, a predicted layer's gate and up, whose rows the sparse FFN picks
+ * one by one, and ReGLU experts' up and down, whose live rows and columns ffn_moe.c picks. */
 static pi_weight *dense_only(pi_model *m, int i) {
     if (i == m->info.n_layer * LAYER_DENSE) return m->info.tied_output ? &m->token_embd : &m->output;
     pi_layer *L = &m->layers[i / LAYER_DENSE];
     pi_weight *ws[LAYER_DENSE] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_down,
                                    L->fc1.data ? NULL : &L->ffn_gate, L->fc1.data ? NULL : &L->ffn_up,
-                                   &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps };
+                                   &L->ffn_gate_exps, m->moe_skip_rows ? NULL : &L->ffn_up_exps,
+                                   m->moe_skip_rows ? NULL : &L->ffn_down_exps };
     return ws[i % LAYER_DENSE];
 }
 
@@ -676,6 +723,8 @@ PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **ou
             m->info.ffn_act = params.ffn_act;
         }
         if (!rc) rc = check_activation(m);
+        /* ReGLU experts skip their dead neurons' up rows and down columns, so those stay row-major */
+        m->moe_skip_rows = m->n_expert && m->info.ffn_act == PI_ACT_RELU_GLU;
         if (!rc && params.repack) rc = group_weights(m);
     }
     if (rc) {

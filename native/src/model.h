@@ -35,6 +35,7 @@ typedef struct {
     float *post_attn_norm, *post_ffn_norm; /* [n_embd] RMSNorm of the attention / FFN output before the residual */
     int local;              /* sliding-window attention: sees only the last swa_window positions */
     int rope_local;         /* rotates with the local rope base (gemma3's local layers) */
+    int no_rope;            /* q and k are not rotated (smallthinker's NoPE layers) */
 
     /* activation sparsity, from files written by convert/add_profile.py or PowerInfer */
     pi_weight fc1;          /* predictor, n_embd -> rank */
@@ -44,6 +45,9 @@ typedef struct {
     float threshold;        /* a neuron runs when its predictor logit >= threshold */
     int32_t *order;         /* [n_ff] the neuron at each position, most frequent first (ffn_freq) */
 } pi_layer;
+
+/* an MoE router's probabilities from its logits: llama.cpp's expert_gating_func values */
+enum { PI_GATING_SOFTMAX = 1, PI_GATING_SIGMOID = 2 };
 
 struct pi_model {
     gguf_file file;
@@ -68,8 +72,14 @@ struct pi_model {
     int layer_norm;         /* LayerNorm (mean and variance, weight and bias) instead of RMSNorm */
     int parallel;           /* attention and FFN both read the layer's input and add to it (falcon) */
     int32_t swa_window;     /* local layers attend to the last swa_window positions */
+    int32_t swa_period;     /* layers of one local/global cycle (0: every layer local), llama.cpp's swa pattern */
+    int swa_dense_first;    /* the cycle's global layer is its first (il % period == 0), else its last */
+    int32_t no_rope_step;   /* layers il % no_rope_step == 0 skip the rope; 0: none do */
     float rope_base_local;  /* rope base of the rope_local layers; 0 when none */
     int32_t n_expert, n_expert_used, n_ff_exp; /* MoE: experts per layer, routed per token, neurons each; 0 if dense */
+    int moe_gating;         /* PI_GATING_*: the router's probabilities from its logits */
+    int router_on_input;    /* the router reads the layer's input, before attention (smallthinker) */
+    int moe_skip_rows;      /* ReGLU experts: a neuron whose gate is <= 0 adds exactly 0, so its up and down are skipped */
     float attn_softcap, final_softcap; /* cap * tanh(z / cap) of the attention scores and of the
                                         * logits, where the metadata asks (Gemma 2's keys); 0: none */
     pi_layer *layers;       /* [n_layer] */

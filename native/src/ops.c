@@ -10,6 +10,9 @@
 
 /* ---- parallel matmul ---- */
 
+/* the rows a target computes */
+static int target_rows(const pi_mm_target *t) { return t->rows ? t->n_rows : (int)t->w->n_out; }
+
 typedef struct {
     const pi_kernels *kern;
     pi_act x;
@@ -30,12 +33,13 @@ static void mm_worker(void *arg, int ith, int nth) {
         int ti = 0;
         while (c >= t->chunks[ti]) c -= t->chunks[ti++];
         const pi_mm_target *tg = &t->targets[ti];
-        const int rows = (int)tg->w->n_out, row_chunks = (rows + t->rows_per_chunk - 1) / t->rows_per_chunk;
+        const int rows = target_rows(tg), row_chunks = (rows + t->rows_per_chunk - 1) / t->rows_per_chunk;
         const int r0 = (c % row_chunks) * t->rows_per_chunk, t0 = (c / row_chunks) * t->toks_per_chunk;
         const int nr = rows - r0 < t->rows_per_chunk ? rows - r0 : t->rows_per_chunk;
         const int nt = t->nt - t0 < t->toks_per_chunk ? t->nt - t0 : t->toks_per_chunk;
         const pi_matmul_fn mm = pi_weight_matmul(t->kern, tg->w);
-        mm(tg->w->data, tg->w->row_bytes, NULL, r0, nr, pi_act_from(t->x, t0), nt, tg->Y + (size_t)t0 * rows + r0, rows);
+        mm(tg->w->data, tg->w->row_bytes, tg->rows ? tg->rows + r0 : NULL, r0, nr, pi_act_from(t->x, t0), nt,
+           tg->Y + (size_t)t0 * rows + r0, rows);
     }
     (void)ith;
     (void)nth;
@@ -47,7 +51,7 @@ enum { ROW_CHUNK_BYTES = 256 * 1024, STREAMED_TOKENS = 8 };
 
 static int decode_chunk_rows(const pi_mm_target *targets, int n_targets, int nth) {
     int rows = 0;
-    for (int i = 0; i < n_targets; i++) rows += (int)targets[i].w->n_out;
+    for (int i = 0; i < n_targets; i++) rows += target_rows(&targets[i]);
     const int by_bytes = (int)(ROW_CHUNK_BYTES / targets[0].w->row_bytes);
     const int balanced = rows / (4 * nth);
     int chunk = by_bytes < balanced ? by_bytes : balanced;
@@ -67,7 +71,7 @@ static void matmul_weights(pi_context *c, pi_act x, int nt, const pi_mm_target *
     t.toks_per_chunk = streamed ? nt : 64;
     for (int i = 0; i < n_targets; i++) {
         t.targets[i] = targets[i];
-        int row_chunks = ((int)targets[i].w->n_out + t.rows_per_chunk - 1) / t.rows_per_chunk;
+        int row_chunks = (target_rows(&targets[i]) + t.rows_per_chunk - 1) / t.rows_per_chunk;
         t.chunks[i] = row_chunks * ((nt + t.toks_per_chunk - 1) / t.toks_per_chunk);
         t.n_chunks += t.chunks[i];
     }

@@ -4,10 +4,13 @@
 #define PI_OPS_H
 #include "context.h"
 
-/* One weight a matmul reads and where its outputs go. */
+/* One weight a matmul reads and where its outputs go: every row, or only the n_rows listed in
+ * rows (a row-major weight's: the grouped kernels take no list). */
 typedef struct {
     const pi_weight *w;
-    float *Y;             /* [nt][w->n_out] */
+    float *Y;             /* [nt][w->n_out], or [nt][n_rows] with rows */
+    const int32_t *rows;  /* NULL: every row */
+    int n_rows;
 } pi_mm_target;
 
 /* The matmul kernel of a weight's type and layout (row-major, or in groups of rows). */
