@@ -180,8 +180,8 @@ def test_missing_q_norm_is_refused(tmp_path):
 
 
 def test_unsupported_architecture_is_named(tmp_path):
-    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **dict(MOE, arch="smallthinker"))
-    with pytest.raises(NotImplementedError, match="smallthinker"):
+    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **dict(MOE, arch="olmoe"))
+    with pytest.raises(NotImplementedError, match="olmoe"):
         Llama(str(path), verbose=False)
 
 

@@ -1,0 +1,175 @@
+"""SmallThinker (PowerInfer's MoE: ReGLU experts routed from the layer's input, softmax or sigmoid
+gating, sliding-window and NoPE layers) on small random-weight files, against llama-cpp-python."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reference import compare_logits
+from synthetic import write_llama_gguf
+from test_forward import real_text, teacher_forced
+from test_qwen3 import decisive_top1, llama_twin, logits_pairs
+
+from pypowerinfer import Llama, UnsupportedError
+
+N_TEACHER = 256
+DIMS = dict(n_vocab=512, n_layer=3, n_ctx_train=512)
+SIGMOID = {"smallthinker.expert_gating_func": 2}
+# llama.cpp then runs layers il % 4 != 0 with a (4096-position) window and layers il % 4 == 0 without rope
+SWA = {"smallthinker.attention.sliding_window": 4096}
+
+# Q8_0 and Q4_0; softmax and sigmoid; with and without the window (NoPE layers); top-1 and top-k > 1
+CASES = {
+    "q8_0-softmax-top1": dict(weight_type="Q8_0", n_embd=128, n_head=4, n_head_kv=2, n_ff=256, n_expert=4,
+                              n_expert_used=1, n_ff_exp=64),
+    "q4_0-sigmoid-top2-swa": dict(weight_type="Q4_0", n_embd=256, n_head=8, n_head_kv=4, n_ff=256, n_expert=8,
+                                  n_expert_used=2, n_ff_exp=96, output_type="Q8_0", extra_kv={**SIGMOID, **SWA}),
+    "q8_0-softmax-top3-swa": dict(weight_type="Q8_0", n_embd=128, n_head=2, n_head_kv=2, n_ff=256, n_expert=6,
+                                  n_expert_used=3, n_ff_exp=64, n_layer=5, extra_kv=SWA),
+    "q4_0-sigmoid-top4": dict(weight_type="Q4_0", n_embd=128, n_head=4, n_head_kv=1, n_ff=256, n_expert=8,
+                              n_expert_used=4, n_ff_exp=32, extra_kv=SIGMOID),
+}
+
+
+def write(path, case: dict, **over) -> str:
+    return write_llama_gguf(path, **{**DIMS, "arch": "smallthinker", **case, **over})
+
+
+@pytest.fixture(scope="module")
+def agreement(tmp_path_factory):
+    """Per case: llama.cpp's own batched/one-token agreement, ours to it, ours to ourselves, and
+    the same for the llama twin of the same sizes (the floor every architecture here starts from)."""
+    import llama_cpp
+
+    folder = tmp_path_factory.mktemp("smallthinker")
+    results = {}
+    for name, case in CASES.items():
+        path = write(folder / f"{name}.gguf", case)
+        twin_case = {k: v for k, v in case.items() if k != "extra_kv"}
+        twin = write_llama_gguf(folder / f"{name}-llama.gguf", **{**DIMS, **llama_twin(twin_case)})
+        ref = llama_cpp.Llama(str(path), n_ctx=512, verbose=False)
+        tokens = ref.tokenize(real_text().encode())[:N_TEACHER]
+        ref.close()
+        assert len(tokens) == N_TEACHER
+        got, base = logits_pairs(path, tokens), logits_pairs(twin, tokens)
+        pairs = {"self": (got["ref", 512], got["ref", 1]), "batched": (got["ref", 512], got["ours", 512]),
+                 "one-token": (got["ref", 1], got["ours", 1]), "ours": (got["ours", 512], got["ours", 1]),
+                 "twin": (base["ref", 1], base["ours", 1])}
+        results[name] = {k: dict(compare_logits(*v), decisive_top1=decisive_top1(*v)) for k, v in pairs.items()}
+    return results
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_teacher_forced_logits_match_llama_cpp(agreement, name):
+    r = agreement[name]
+    print(f"\n{name}: " + "; ".join(f"{k} top1 {v['top1']:.2%} ({v['decisive_top1']:.2%} decisive) KL mean "
+                                    f"{v['kl_mean']:.2e} median {v['kl_median']:.2e}" for k, v in r.items()))
+    floor = max(r["self"]["kl_mean"], r["twin"]["kl_mean"])
+    for path in ("batched", "one-token"):
+        got = r[path]
+        assert got["kl_mean"] <= 1.5 * floor + 1e-4, (path, got, floor)
+        assert got["decisive_top1"] >= r["self"]["decisive_top1"] - 0.01, (path, got)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_batched_equals_one_token(agreement, name):
+    r = agreement[name]["ours"]
+    assert r["top1"] == 1.0 and r["kl_mean"] < 1e-6, r
+
+
+# F32 weights leave no quantization between the engines: the routing from the layer's input,
+# the gating, the NoPE and window layers and the ReGLU experts (llama.cpp's dense, ours over the
+# live neurons only) must give the same logits. n_layer 4 with the window: llama.cpp's NoPE step
+# equals n_layer, so every layer is rotated.
+EXACT = {
+    "softmax": dict(extra_kv={}),
+    "sigmoid-swa": dict(n_layer=5, extra_kv={**SIGMOID, **SWA}),
+    "swa-pattern2-base": dict(n_layer=4, extra_kv={**SWA, "smallthinker.attention.sliding_window_pattern": 2,
+                                                  "smallthinker.rope.freq_base_swa": 5000.0}),
+}
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_f32_matches_llama_cpp_exactly(tmp_path, name):
+    import llama_cpp
+
+    case = dict(CASES["q8_0-softmax-top3-swa"], weight_type="F32", **EXACT[name])
+    path = write(tmp_path / "m.gguf", case)
+    tokens = list(range(10, 110))
+    ref = llama_cpp.Llama(str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False)
+    with Llama(str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False) as ours:
+        stats = compare_logits(teacher_forced(ref, tokens), teacher_forced(ours, tokens))
+    ref.close()
+    assert stats["top1"] == 1.0 and stats["kl_mean"] < 1e-6, stats
+
+
+def test_window_changes_the_logits(tmp_path):
+    """The window's NoPE layers are not a no-op: without them the same weights give other logits."""
+    case = dict(CASES["q8_0-softmax-top1"], weight_type="F32")
+    out = []
+    for kv in ({}, SWA):
+        with Llama(str(write(tmp_path / f"m{len(out)}.gguf", case, extra_kv=kv)), n_ctx=128, logits_all=True,
+                   verbose=False) as llm:
+            out.append(teacher_forced(llm, list(range(10, 40))))
+    assert compare_logits(*out)["kl_mean"] > 1e-3
+
+
+def test_dead_neurons_are_skipped(tmp_path):
+    """One token at a time, an expert reads the up rows of its live neurons only (random weights:
+    about half), and counts only those."""
+    case = CASES["q8_0-softmax-top3-swa"]
+    with Llama(str(write(tmp_path / "m.gguf", case)), n_ctx=128, verbose=False) as llm:
+        llm.eval(list(range(10, 42)))
+        llm._ctx.reset_stats()
+        for t in range(42, 58):
+            llm.eval([t])
+        s = llm._ctx.stats()
+    routed = s["tokens"] * case["n_layer"] * case["n_expert_used"] * case["n_ff_exp"]
+    assert 0.3 < s["ffn_rows_done"] / routed < 0.7, s
+
+
+# ---- bad input ----
+
+MOE = CASES["q8_0-softmax-top1"]
+
+
+@pytest.mark.parametrize("kv, words", [
+    ({"smallthinker.expert_count": 0}, "smallthinker.expert_count"),
+    ({"smallthinker.expert_used_count": 0}, "smallthinker.expert_used_count"),
+    ({"smallthinker.expert_used_count": 5}, "smallthinker.expert_used_count"),
+    ({"smallthinker.expert_gating_func": 3}, "smallthinker.expert_gating_func"),
+    ({"smallthinker.expert_gating_func": 0}, "smallthinker.expert_gating_func"),
+    ({"smallthinker.expert_gating_func": "softmax"}, "smallthinker.expert_gating_func"),
+])
+def test_bad_keys_are_refused(tmp_path, kv, words):
+    path = write(tmp_path / "m.gguf", MOE, extra_kv=kv)
+    with pytest.raises(ValueError, match=words.replace(".", r"\.")):
+        Llama(str(path), verbose=False)
+
+
+@pytest.mark.parametrize("key", ["smallthinker.expert_count", "smallthinker.expert_gating_func"])
+def test_missing_keys_are_refused(tmp_path, key):
+    path = write(tmp_path / "m.gguf", MOE, omit_key=key)
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        Llama(str(path), verbose=False)
+
+
+@pytest.mark.parametrize("n_ff_exp", [32, 128])
+def test_expert_tensors_of_the_wrong_shape_are_refused(tmp_path, n_ff_exp):
+    """The file says 64 neurons per expert; its tensors hold another number."""
+    path = write(tmp_path / "m.gguf", dict(MOE, n_ff_exp=n_ff_exp),
+                 extra_kv={"smallthinker.expert_feed_forward_length": 64})
+    with pytest.raises(ValueError, match=r"blk\.0\.ffn_gate_exps\.weight"):
+        Llama(str(path), verbose=False)
+
+
+def test_missing_router_is_refused(tmp_path):
+    path = write(tmp_path / "m.gguf", MOE, omit_tensor="blk.2.ffn_gate_inp.weight")
+    with pytest.raises(ValueError, match=r"blk\.2\.ffn_gate_inp\.weight"):
+        Llama(str(path), verbose=False)
+
+
+def test_refuses_the_device(tmp_path):
+    path = write(tmp_path / "m.gguf", MOE)
+    with pytest.raises(UnsupportedError, match="smallthinker"):
+        Llama(str(path), vram_budget="1G", hybrid_device="host", verbose=False)
