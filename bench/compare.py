@@ -7,9 +7,9 @@ Prints decode tok/s (one token at a time after a short prompt), prefill tok/s (o
 --prefill tokens), the ratio ours/theirs, the bytes each decoded token must read, and the
 share of the memory-bandwidth roofline each engine reaches. Without MODEL it uses the default
 SmolLM2-135M-Instruct; `--synthetic SHAPE` builds (bench/make_tinyllama.py) and uses a random-weight
-model of that shape: tinyllama (1.1B Q4_0, also `--tinyllama`), tinyllama-q4_k_m, qwen3-0.6b, qwen3moe-1b. With
---lora both engines apply the adapter; --lora-rank writes a random F16 one of that rank for the
-model's attention and FFN (tests/synthetic_lora.py) and uses it.
+model of that shape: tinyllama (1.1B Q4_0, also `--tinyllama`), tinyllama-q4_k_m, qwen3-0.6b, qwen3moe-1b,
+smallthinker-1b. With --lora both engines apply the adapter; --lora-rank writes a random F16 one of
+that rank for the model's attention and FFN (tests/synthetic_lora.py) and uses it.
 """
 from __future__ import annotations
 

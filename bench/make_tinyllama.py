@@ -7,7 +7,9 @@ Q6_K); tinyllama-q4_k_m, the same in llama.cpp's Q4_K_M mix as its quantizer cho
 llama (Q4_K everywhere, Q6_K for the output and for attn_v and ffn_down of the layers
 use_more_bits picks); qwen3-0.6b, Qwen3-0.6B's (head_dim 128 > n_embd / n_head, tied output,
 Q8_0); qwen3moe-1b, a ~1B Qwen 3 MoE (24 layers, 8 experts of 1536 neurons, top-2, Q8_0, the
-router F32). Norms are F32, and the vocab a 32000-token byte-level BPE one. The weights are
+router F32); smallthinker-1b, a SmallThinker of ~1.9B weights, ~0.3B active (24 layers, n_embd 1024,
+16/4 heads, 32 ReGLU experts of 768 neurons, top-4, Q8_0, the router F32, softmax gating, a
+sliding window, so every fourth layer is NoPE). Norms are F32, and the vocab a 32000-token byte-level BPE one. The weights are
 random, so only speed means anything here, not the text. Deterministic for a given --seed; an
 existing file is kept unless --force.
 """
@@ -44,9 +46,13 @@ SHAPES = {
     "tinyllama-q4_k_m": dict(TINYLLAMA, **q4_k_m(TINYLLAMA["n_layer"])),
     "qwen3-0.6b": dict(QWEN3, arch="qwen3", n_layer=28, n_ff=3072),
     "qwen3moe-1b": dict(QWEN3, arch="qwen3moe", n_layer=24, n_ff=3072, n_expert=8, n_expert_used=2, n_ff_exp=1536),
+    "smallthinker-1b": dict(n_vocab=32000, n_embd=1024, n_layer=24, n_head=16, n_head_kv=4, n_ff=768, n_ctx_train=4096,
+                            rope_freq_base=1500000.0, weight_type="Q8_0", arch="smallthinker", n_expert=32,
+                            n_expert_used=4, n_ff_exp=768, extra_kv={"smallthinker.attention.sliding_window": 4096}),
 }
 FILE_NAMES = {"tinyllama": "tinyllama-1.1b-random-q4_0.gguf", "tinyllama-q4_k_m": "tinyllama-1.1b-random-q4_k_m.gguf",
-              "qwen3-0.6b": "qwen3-0.6b-random-q8_0.gguf", "qwen3moe-1b": "qwen3moe-1b-random-q8_0.gguf"}
+              "qwen3-0.6b": "qwen3-0.6b-random-q8_0.gguf", "qwen3moe-1b": "qwen3moe-1b-random-q8_0.gguf",
+              "smallthinker-1b": "smallthinker-1b-random-q8_0.gguf"}
 MODELS = Path(__file__).resolve().parent / "models"
 
 
@@ -67,7 +73,9 @@ def main(argv=None) -> int:
     # truncated file that a later run would skip as done.
     partial = args.output.with_name(args.output.name + ".partial")
     start = time.perf_counter()
-    write_llama_gguf(partial, seed=args.seed, extra_kv={"general.name": f"{args.shape}-random"}, **SHAPES[args.shape])
+    shape = dict(SHAPES[args.shape])
+    extra_kv = {**shape.pop("extra_kv", {}), "general.name": f"{args.shape}-random"}
+    write_llama_gguf(partial, seed=args.seed, extra_kv=extra_kv, **shape)
     partial.replace(args.output)
     size_mb = args.output.stat().st_size / 1e6
     print(f"wrote {args.output} ({size_mb:.0f} MB) in {time.perf_counter() - start:.1f} s")
