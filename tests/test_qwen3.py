@@ -31,7 +31,7 @@ CASES = {
 
 def llama_twin(case: dict) -> dict:
     """The llama-arch file of the same sizes and types: a dense FFN as wide as the routed experts."""
-    twin = {k: v for k, v in case.items() if k not in ("n_expert", "n_expert_used", "n_ff_exp", "head_dim")}
+    twin = {k: v for k, v in case.items() if k not in ("n_expert", "n_expert_used", "n_ff_exp", "head_dim", "extra_kv")}
     if "n_expert" in case:
         twin["n_ff"] = case["n_ff_exp"] * case["n_expert_used"]
     return dict(twin, arch="llama")
@@ -58,52 +58,62 @@ def decisive_top1(ref: np.ndarray, ours: np.ndarray) -> float:
     return float(np.mean(ref[decisive].argmax(-1) == ours[decisive].argmax(-1)))
 
 
-@pytest.fixture(scope="module")
-def agreement(tmp_path_factory):
-    """Per case: llama.cpp's own batched/one-token agreement, ours to it, ours to ourselves, and
-    the same for the llama twin (what every architecture on these kernels starts from)."""
+def agreement_of(path, twin) -> dict:
+    """llama.cpp's own batched/one-token agreement on the file at path, ours to it, ours to
+    ourselves, and the same for its llama twin (what every architecture on these kernels starts
+    from), over N_TEACHER tokens of real text."""
     import llama_cpp
 
-    folder = tmp_path_factory.mktemp("qwen3")
-    results = {}
-    for name, case in CASES.items():
-        path = write_llama_gguf(folder / f"{name}.gguf", **DIMS, **case)
-        twin = write_llama_gguf(folder / f"{name}-llama.gguf", **DIMS, **llama_twin(case))
-        ref = llama_cpp.Llama(str(path), n_ctx=512, verbose=False)
-        tokens = ref.tokenize(real_text().encode())[:N_TEACHER]
-        ref.close()
-        assert len(tokens) == N_TEACHER
-        got, base = logits_pairs(path, tokens), logits_pairs(twin, tokens)
-        pairs = {"self": (got["ref", 512], got["ref", 1]), "batched": (got["ref", 512], got["ours", 512]),
-                 "one-token": (got["ref", 1], got["ours", 1]), "ours": (got["ours", 512], got["ours", 1]),
-                 "twin": (base["ref", 1], base["ours", 1])}
-        results[name] = {k: dict(compare_logits(*v), decisive_top1=decisive_top1(*v)) for k, v in pairs.items()}
-    return results
+    ref = llama_cpp.Llama(str(path), n_ctx=512, verbose=False)
+    tokens = ref.tokenize(real_text().encode())[:N_TEACHER]
+    ref.close()
+    assert len(tokens) == N_TEACHER
+    got, base = logits_pairs(path, tokens), logits_pairs(twin, tokens)
+    pairs = {"self": (got["ref", 512], got["ref", 1]), "batched": (got["ref", 512], got["ours", 512]),
+             "one-token": (got["ref", 1], got["ours", 1]), "ours": (got["ours", 512], got["ours", 1]),
+             "twin": (base["ref", 1], base["ours", 1])}
+    return {k: dict(compare_logits(*v), decisive_top1=decisive_top1(*v)) for k, v in pairs.items()}
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_teacher_forced_logits_match_llama_cpp(agreement, name):
-    r = agreement[name]
+def agreements(folder, cases: dict, write) -> dict:
+    """agreement_of each case, its file written by write(path, case), against its llama twin"""
+    return {name: agreement_of(write(folder / f"{name}.gguf", case),
+                               write_llama_gguf(folder / f"{name}-llama.gguf", **{**DIMS, **llama_twin(case)}))
+            for name, case in cases.items()}
+
+
+def assert_agreement(name: str, r: dict, routed: bool) -> None:
+    """agreement_of's figures within the bounds: routed, a top-k choice of experts"""
     print(f"\n{name}: " + "; ".join(f"{k} top1 {v['top1']:.2%} ({v['decisive_top1']:.2%} decisive) KL mean "
                                     f"{v['kl_mean']:.2e} median {v['kl_median']:.2e}" for k, v in r.items()))
     # llama.cpp's two paths quantize activations alike and agree to ~1e-4; ours keep the 8-bit
     # scale in f32 where llama.cpp rounds it to f16, a floor every architecture on these kernels
     # shares, which the llama twin of the same sizes measures
     floor = max(r["self"]["kl_mean"], r["twin"]["kl_mean"])
-    moe = "moe" in name
     for path in ("batched", "one-token"):
         got = r[path]
-        if not moe:
+        if not routed:
             assert got["kl_mean"] <= 1.5 * floor + 1e-4, (path, got, floor)
             assert got["decisive_top1"] >= r["self"]["decisive_top1"] - 0.01, (path, got)
             continue
         # that floor flips a near-tied routing now and then, and a flipped expert moves that
         # token (and, through its keys and values, a few after it): the typical token is held
-        # near the floor, the mean to what the flips add (measured 2e-3 .. 2e-2), and top-1 to 2
-        # points (measured 0.5-1.1 points below llama.cpp's own)
+        # near the floor, the mean to what the flips add (measured 2e-3 .. 2.4e-2), and top-1 to
+        # 2 points (measured 0-1.1 points below llama.cpp's own); test_smallthinker.py's control
         assert got["kl_median"] <= 2.0 * max(r["self"]["kl_median"], r["twin"]["kl_median"]) + 1e-4, (path, got)
         assert got["kl_mean"] <= 0.05, (path, got)
         assert got["decisive_top1"] >= r["self"]["decisive_top1"] - 0.02, (path, got)
+
+
+@pytest.fixture(scope="module")
+def agreement(tmp_path_factory):
+    return agreements(tmp_path_factory.mktemp("qwen3"), CASES,
+                      lambda path, case: write_llama_gguf(path, **DIMS, **case))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_teacher_forced_logits_match_llama_cpp(agreement, name):
+    assert_agreement(name, agreement[name], routed="moe" in name)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -119,18 +129,21 @@ def test_describe_shows_the_experts(tmp_path):
     assert "blk.0.ffn_up_exps.weight" in text and "[256 x 96 x 8 experts]" in text
 
 
-def test_f32_moe_matches_llama_cpp_exactly(tmp_path):
-    """Float weights leave no quantization between the engines: the routing and the weighted sum match."""
+def assert_exact(path) -> None:
+    """Teacher-forced logits of llama.cpp and ours on 100 tokens agree to float rounding."""
     import llama_cpp
 
-    case = dict(CASES["qwen3moe-q8_0-top3"], weight_type="F32")
-    path = write_llama_gguf(tmp_path / "m.gguf", **DIMS, **case)
     tokens = list(range(10, 110))
     ref = llama_cpp.Llama(str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False)
     with Llama(str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False) as ours:
         stats = compare_logits(teacher_forced(ref, tokens), teacher_forced(ours, tokens))
     ref.close()
     assert stats["top1"] == 1.0 and stats["kl_mean"] < 1e-6, stats
+
+
+def test_f32_moe_matches_llama_cpp_exactly(tmp_path):
+    """Float weights leave no quantization between the engines: the routing and the weighted sum match."""
+    assert_exact(write_llama_gguf(tmp_path / "m.gguf", **DIMS, **dict(CASES["qwen3moe-q8_0-top3"], weight_type="F32")))
 
 
 # ---- bad input ----
