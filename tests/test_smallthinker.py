@@ -2,6 +2,7 @@
 gating, sliding-window and NoPE layers) on small random-weight files, against llama-cpp-python."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from reference import compare_logits
@@ -101,6 +102,43 @@ def test_dead_neurons_are_skipped(tmp_path):
         s = llm._ctx.stats()
     routed = s["tokens"] * case["n_layer"] * case["n_expert_used"] * case["n_ff_exp"]
     assert 0.3 < s["ffn_rows_done"] / routed < 0.7, s
+
+
+def kill_neurons(path, first: int, last: int) -> None:
+    """Zero the gate rows [first, last) of every expert of every layer, in place: those neurons'
+    gate is exactly 0, so they are dead for every token (whole 32-neuron blocks of down's columns
+    then hold no live neuron, which random weights never give)."""
+    from gguf import GGUFReader
+
+    for t in GGUFReader(path, "r+").tensors:
+        if t.name.endswith("ffn_gate_exps.weight"):
+            t.data[:, first:last] = 0  # [n_expert, n_ff_exp, row] (bytes or floats): d = 0 and every quant 0
+
+
+@pytest.mark.parametrize("weight_type", ["F32", "Q8_0"])
+def test_dead_blocks_of_down_are_skipped_exactly(tmp_path, weight_type):
+    """Neurons 32..95 dead: a decoded token's down reads its live column blocks in two runs
+    around them (grouped for Q8_0, row-major for F32). F32: the logits are llama.cpp's (dense
+    experts). Q8_0: one token at a time (the live path) against the batch (every row): the two
+    runs' sums added differ from one sum in float rounding only (measured <= 2.4e-6 in the
+    logits), until such a difference tips an 8-bit activation's rounding (a step of ~1e-2, as
+    between llama.cpp's own two paths), here from the 9th token on."""
+    case = dict(CASES["q8_0-softmax-top3-swa"], weight_type=weight_type, n_ff_exp=160)
+    path = write(tmp_path / "m.gguf", case)
+    kill_neurons(path, 32, 96)
+    if weight_type == "F32":
+        assert_exact(path)
+        return
+    tokens = list(range(10, 74))
+    got = []
+    for n_batch in (512, 1):
+        with Llama(str(path), n_ctx=128, n_batch=n_batch, logits_all=True, verbose=False) as llm:
+            got.append(teacher_forced(llm, tokens))
+            s = llm._ctx.stats()
+    assert np.abs(got[0][:4] - got[1][:4]).max() < 1e-4
+    assert compare_logits(*got)["kl_mean"] < 1e-3
+    routed = s["tokens"] * case["n_layer"] * case["n_expert_used"] * case["n_ff_exp"]
+    assert s["ffn_rows_done"] / routed < 0.5 * (160 - 64) / 160 + 0.1, s  # half the 96 neurons left
 
 
 # ---- bad input ----

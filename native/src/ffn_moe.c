@@ -108,26 +108,24 @@ static void expert_dense(pi_context *c, const pi_layer *L, int e, pi_act x, int 
     c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + pi_weight_bytes(&up) + pi_weight_bytes(&down));
 }
 
-/* c->moe_live[0..) = the neurons whose gate is > 0 for any of the count tokens; returns how many */
-static int live_neurons(pi_context *c, int count) {
-    const int n_ff = c->model->n_ff_exp;
+/* c->moe_live[0..) = the neurons of one token's expert whose gate is > 0; returns how many */
+static int live_neurons(pi_context *c) {
     int n_live = 0;
-    for (int i = 0; i < n_ff; i++) {
-        int on = 0;
-        for (int t = 0; t < count && !on; t++) on = c->gate[(size_t)t * n_ff + i] > 0.0f;
-        if (on) c->moe_live[n_live++] = i;
-    }
+    for (int i = 0; i < c->model->n_ff_exp; i++)
+        if (c->gate[i] > 0.0f) c->moe_live[n_live++] = i;
     return n_live;
 }
 
-/* moe_out = down h over the column blocks of one token's h holding a live neuron: the others
- * are all zero and add nothing. Columns go in blocks of the weight's type (at least the 32 of
- * the 8-bit activations); a run of consecutive live blocks is one matmul over that slice of
- * down's rows, the runs' sums added in order. Returns the weight bytes read. */
+/* moe_out = down h over the column blocks of h holding a live neuron: the others are all zero
+ * and add nothing. Columns go in blocks of the weight's type (at least the 32 of the 8-bit
+ * activations), which a group block holds for all its 16 rows, so grouped or not a run of
+ * consecutive live blocks is one matmul over a slice of down; the runs' sums are added in
+ * order. Returns the weight bytes read. */
 static int64_t down_live_blocks(pi_context *c, const pi_weight *down, pi_act h, int n_live) {
     const int d = c->model->info.n_embd, n_ff = c->model->n_ff_exp, bs = pi_type_block_size(down->type);
     const int cols = bs > QK ? bs : QK;
-    const size_t bytes_per_col_block = (size_t)(cols / bs) * pi_type_block_bytes(down->type);
+    const size_t col_block_bytes = (size_t)(cols / bs) * pi_type_block_bytes(down->type);
+    const size_t slice_step = col_block_bytes * (down->grouped ? PI_GROUP_ROWS : 1); /* a column block's start */
     int64_t bytes = 0;
     memset(c->moe_out, 0, (size_t)d * sizeof(float));
     for (int j = 0; j < n_live;) {
@@ -137,46 +135,35 @@ static int64_t down_live_blocks(pi_context *c, const pi_weight *down, pi_act h, 
         const int c0 = b0 * cols, c1 = b1 * cols < n_ff ? b1 * cols : n_ff;
         pi_weight slice = *down;
         slice.n_in = c1 - c0;
-        slice.data = down->data + (size_t)b0 * bytes_per_col_block;
+        slice.data = down->data + (size_t)b0 * slice_step;
         const pi_act part = { h.f + c0, h.q ? h.q + c0 / QK : NULL, h.k ? h.k + c0 / QK_K : NULL, c1 - c0 };
         /* moe_x is free: a one-token expert reads its input in place (gather) */
         const pi_mm_target out = { &slice, c->moe_x };
         pi_matmul(c, part, 1, &out, 1);
         c->vec.axpy(1.0f, c->moe_x, c->moe_out, d);
-        bytes += (int64_t)(b1 - b0) * (int64_t)bytes_per_col_block * d;
+        bytes += (int64_t)(b1 - b0) * (int64_t)col_block_bytes * d;
     }
     return bytes;
 }
 
-/* The same for a ReGLU expert, relu(gate) * up: a neuron whose gate is <= 0 for every token
- * adds exactly 0, so after the gate only the live neurons' up rows are read, and down over the
- * live ones (one token: only its column blocks holding a live neuron; several: every column,
- * as their activations interleave). The same products and sums as expert_dense. */
-static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x, int count) {
+/* expert_dense for one token of a ReGLU expert, relu(gate) * up: a neuron whose gate is <= 0
+ * adds exactly 0, so after the gate only the live neurons' up rows are read, and only down's
+ * column blocks holding a live neuron. The same products and sums as expert_dense. (Several
+ * tokens' live neurons interleave: expert_dense reads every row for them.) */
+static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
     const int n_ff = c->model->n_ff_exp;
     const pi_weight gate = expert(&L->ffn_gate_exps, e), up = expert(&L->ffn_up_exps, e),
                     down = expert(&L->ffn_down_exps, e);
     const pi_mm_target g = { &gate, c->gate };
-    pi_matmul(c, x, count, &g, 1);
-    const int n_live = live_neurons(c, count);
-    const pi_mm_target u = { &up, c->up, c->moe_live, n_live }; /* packed: [count][n_live] */
-    pi_matmul(c, x, count, &u, 1);
-    for (int t = 0; t < count; t++) {
-        float *gt = c->gate + (size_t)t * n_ff;
-        const float *ut = c->up + (size_t)t * n_live;
-        for (int i = 0; i < n_ff; i++) gt[i] = gt[i] > 0.0f ? gt[i] : 0.0f;
-        for (int j = 0; j < n_live; j++) gt[c->moe_live[j]] *= ut[j];
-    }
-    const pi_act h = pi_quantize(&c->kern, c->gate, c->moe_q, count, n_ff);
-    int64_t down_bytes = (int64_t)count * (int64_t)pi_weight_bytes(&down);
-    if (count == 1) {
-        down_bytes = down_live_blocks(c, &down, h, n_live);
-    } else {
-        const pi_mm_target out = { &down, c->moe_out };
-        pi_matmul(c, h, count, &out, 1);
-    }
-    c->stats.ffn_rows_done += (int64_t)count * n_live;
-    c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + (int64_t)n_live * up.row_bytes) + down_bytes;
+    pi_matmul(c, x, 1, &g, 1);
+    const int n_live = live_neurons(c);
+    const pi_mm_target u = { &up, c->up, c->moe_live, n_live }; /* packed: up[j] is neuron moe_live[j]'s */
+    pi_matmul(c, x, 1, &u, 1);
+    for (int i = 0; i < n_ff; i++) c->gate[i] = c->gate[i] > 0.0f ? c->gate[i] : 0.0f;
+    for (int j = 0; j < n_live; j++) c->gate[c->moe_live[j]] *= c->up[j];
+    const int64_t down_bytes = down_live_blocks(c, &down, pi_quantize(&c->kern, c->gate, c->moe_q, 1, n_ff), n_live);
+    c->stats.ffn_rows_done += n_live;
+    c->step_bytes += (int64_t)pi_weight_bytes(&gate) + (int64_t)n_live * (int64_t)up.row_bytes + down_bytes;
 }
 
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {
@@ -189,7 +176,7 @@ void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {
         const int32_t p0 = c->moe_first[e], count = c->moe_first[e + 1] - p0;
         if (count == 0) continue; /* not routed to: not read */
         const pi_act x = gather(c, a, c->moe_tok + p0, count);
-        if (m->moe_skip_rows) expert_live(c, L, e, x, count);
+        if (m->moe_skip_rows && count == 1) expert_live(c, L, e, x);
         else expert_dense(c, L, e, x, count);
         for (int i = 0; i < count; i++)
             c->vec.axpy(c->moe_tok_w[p0 + i], c->moe_out + (size_t)i * d, c->delta + (size_t)c->moe_tok[p0 + i] * d, d);

@@ -665,14 +665,14 @@ enum { LAYER_DENSE = 10 };
  * own whole groups, or the dense FFN), then the output (tied: the token embedding, whose row
  * lookup learns the groups, pi_token_rows); NULL where that one is read otherwise. Left out: the
  * predictors, ffn_down_t, a predicted layer's gate and up, whose rows the sparse FFN picks
- * one by one, and ReGLU experts' up and down, whose live rows and columns ffn_moe.c picks. */
+ * one by one, and ReGLU experts' up, whose live rows ffn_moe.c picks (a group block holds a
+ * block of all 16 rows, so down's live column blocks can be picked in groups too). */
 static pi_weight *dense_only(pi_model *m, int i) {
     if (i == m->info.n_layer * LAYER_DENSE) return m->info.tied_output ? &m->token_embd : &m->output;
     pi_layer *L = &m->layers[i / LAYER_DENSE];
     pi_weight *ws[LAYER_DENSE] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_down,
                                    L->fc1.data ? NULL : &L->ffn_gate, L->fc1.data ? NULL : &L->ffn_up,
-                                   &L->ffn_gate_exps, m->moe_skip_rows ? NULL : &L->ffn_up_exps,
-                                   m->moe_skip_rows ? NULL : &L->ffn_down_exps };
+                                   &L->ffn_gate_exps, m->moe_skip_rows ? NULL : &L->ffn_up_exps, &L->ffn_down_exps };
     return ws[i % LAYER_DENSE];
 }
 
@@ -723,7 +723,7 @@ PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **ou
             m->info.ffn_act = params.ffn_act;
         }
         if (!rc) rc = check_activation(m);
-        /* ReGLU experts skip their dead neurons' up rows and down columns, so those stay row-major */
+        /* ReGLU experts skip their dead neurons' up rows, so those stay row-major */
         m->moe_skip_rows = m->n_expert && m->info.ffn_act == PI_ACT_RELU_GLU;
         if (!rc && params.repack) rc = group_weights(m);
     }
