@@ -104,6 +104,26 @@ def test_dead_neurons_are_skipped(tmp_path):
     assert 0.3 < s["ffn_rows_done"] / routed < 0.7, s
 
 
+def test_sequences_in_one_step_get_their_solo_logits(tmp_path):
+    """Two sequences' prompts in one step (the router's logits for every token of both, kept
+    across the attention), then their next tokens together: each gets its solo logits."""
+    from test_batch import batch, context, solo
+
+    from pypowerinfer.model import NativeModel
+
+    model = NativeModel(write(tmp_path / "m.gguf", CASES["q8_0-softmax-top3-swa"]))
+    tokens = [np.arange(10, 19, dtype=np.int32), np.arange(40, 46, dtype=np.int32)]
+    ctx = context(model, n_seq=2)
+    ctx.decode_batch(*batch([(int(t[i]), i, s, i == 3) for s, t in enumerate(tokens) for i in range(4)]))
+    got = {s: [ctx.logits[s].copy()] for s in range(2)}
+    for i in range(4, 6):
+        ctx.decode_batch(*batch([(int(tokens[s][i]), i, s, 1) for s in range(2)]))
+        for s in range(2):
+            got[s].append(ctx.logits[s].copy())
+    for s, t in enumerate(tokens):
+        np.testing.assert_allclose(np.array(got[s]), solo(model, t)[3:6], atol=1e-5)
+
+
 def kill_neurons(path, first: int, last: int) -> None:
     """Zero the gate rows [first, last) of every expert of every layer, in place: those neurons'
     gate is exactly 0, so they are dead for every token (whole 32-neuron blocks of down's columns
