@@ -182,6 +182,15 @@ static inline pi_fp16 pi_f32_to_fp16(float f) {
     return (pi_fp16)(sign | (abs >> 13));
 }
 
+/* An activation block's scales as llama.cpp keeps them in its Q8_0 / Q8_1 blocks: d (the quants
+ * were made with 1 / d unrounded) and s = d * sum, each rounded to f16. Keeping them in f32 moved
+ * every logit off llama.cpp's by more than llama.cpp's own batched / one-token floor. */
+static inline void pi_act_block_scales(block_q8x *y, float d, int32_t sum) {
+    y->d = pi_fp16_to_f32(pi_f32_to_fp16(d));
+    y->s = pi_fp16_to_f32(pi_f32_to_fp16(d * (float)sum));
+    y->sum = sum;
+}
+
 static inline float pi_bf16_to_f32(pi_bf16 h) {
     union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
     return v.f;

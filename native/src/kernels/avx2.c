@@ -37,9 +37,7 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-        y->d = d;
-        y->sum = _mm_cvtsi128_si32(s);
-        y->s = d * (float)y->sum;
+        pi_act_block_scales(y, d, _mm_cvtsi128_si32(s));
     }
 }
 

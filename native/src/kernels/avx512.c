@@ -28,9 +28,7 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
         const __m512i qlo = round_scaled(lo, _mm512_set1_ps(id)), qhi = round_scaled(hi, _mm512_set1_ps(id));
         _mm_storeu_si128((__m128i *)y->qs, _mm512_cvtepi32_epi8(qlo));
         _mm_storeu_si128((__m128i *)(y->qs + 16), _mm512_cvtepi32_epi8(qhi));
-        y->d = d;
-        y->sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
-        y->s = d * (float)y->sum;
+        pi_act_block_scales(y, d, _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi)));
     }
 }
 

@@ -8,7 +8,7 @@
 #include "ref.h"
 #include "table.h"
 
-/* Activation blocks: d = amax / 127, qs = round-to-nearest-even(x * (1 / d)), s = d * sum(qs).
+/* Activation blocks: d = amax / 127, qs = round-to-nearest-even(x * (1 / d)), s = d * sum(qs), d and s in f16.
  * Multiplying by 1/d (not dividing by d) and rounding to even is what the SIMD tiers do too,
  * so all tiers produce bit-identical blocks. */
 static void quantize_act(const float *x, block_q8x *y, int n) {
@@ -23,9 +23,7 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
             y->qs[j] = (int8_t)nearbyintf(v);
             sum += y->qs[j];
         }
-        y->d = d;
-        y->s = d * (float)sum;
-        y->sum = sum;
+        pi_act_block_scales(y, d, sum);
     }
 }
 
