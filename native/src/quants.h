@@ -196,6 +196,19 @@ static inline float pi_bf16_to_f32(pi_bf16 h) {
     return v.f;
 }
 
+/* f to bf16, rounded to nearest even as ggml's GGML_FP32_TO_BF16 (NaN kept a quiet NaN) */
+static inline pi_bf16 pi_f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = { f };
+    if ((v.u & 0x7fffffff) > 0x7f800000) return (pi_bf16)((v.u >> 16) | 64);
+    return (pi_bf16)((v.u + (0x7fff + ((v.u >> 16) & 1))) >> 16);
+}
+
+/* An activation value as llama.cpp dots it with a float weight of `type`: a float weight's
+ * vec_dot_type is the weight's own type, so x is rounded to f16 for F16 weights, to bf16 for BF16. */
+static inline float pi_act_as_weight_type(int type, float x) {
+    return type == PI_TYPE_F16 ? pi_fp16_to_f32(pi_f32_to_fp16(x)) : type == PI_TYPE_BF16 ? pi_bf16_to_f32(pi_f32_to_bf16(x)) : x;
+}
+
 /* Weights in groups of PI_GROUP_ROWS rows, block by block (kernels/groups.c has the layout): the
  * types that have it (the 32-weight block formats, Q4_K, Q5_K, Q6_K), a whole weight of n_rows (a multiple of the group) grouped in place with room for
  * one group in scratch, block b of one row as the file has it, and one group's rows put back in
