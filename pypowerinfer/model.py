@@ -113,31 +113,53 @@ class LayerPlacement:
     n_hot: int           # positions [0, n_hot) of the layer's frequency order live on the device
     bytes: int
     coverage: float      # share of the layer's profiled activations those neurons serve
-    fixed_on_device: bool  # the layer's attention (a parallel block's stays on the CPU) and predictor fit first
+    fixed_on_device: bool  # the layer's attention (a parallel block's stays on the CPU), router and predictor fit first
+    n_hot_expert_runs: int = 0  # an MoE layer's expert runs (PI_FFN_RUN neurons) on the device
+    n_expert_runs: int = 0      # all its experts' runs; 0 in a dense layer
+    expert_bytes: int = 0
+    expert_coverage: float = 0.0  # share of the bytes a token is expected to read from its experts held
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Which FFN neurons a device budget holds (pi_model_plan, native/src/placement.c)."""
+    """Which FFN neurons and expert runs a device budget holds (pi_model_plan, native/src/placement.c).
+    value: the FFN bytes a token is expected to read from the device; the greedy plan is within
+    max_loss of the optimum, which is at most upper_bound_value (the LP relaxation)."""
     budget: int
     fixed_bytes: int
     neuron_bytes: int
     output_on_device: bool
     n_ff: int
     layers: list[LayerPlacement]
+    expert_bytes: int = 0
+    value: float = 0.0
+    upper_bound_value: float = 0.0
+    max_loss: float = 0.0
 
     @property
     def hot_neurons(self) -> int:
         return sum(x.n_hot for x in self.layers)
 
+    @property
+    def moe(self) -> bool:
+        return any(x.n_expert_runs for x in self.layers)
+
     def table(self) -> str:
         mib = 1 << 20
+        gap = self.upper_bound_value - self.value
         lines = [f"device budget {self.budget / mib:.1f} MiB: output matrix {'on' if self.output_on_device else 'off'} "
-                 f"the device, fixed {self.fixed_bytes / mib:.1f} MiB, neurons {self.neuron_bytes / mib:.1f} MiB",
-                 f"{'layer':>5} {'attn':>5} {'hot':>6} {'of':>6} {'MiB':>8} {'covers':>7}"]
+                 f"the device, fixed {self.fixed_bytes / mib:.1f} MiB, neurons {self.neuron_bytes / mib:.1f} MiB"
+                 + (f", experts {self.expert_bytes / mib:.1f} MiB" if self.moe else ""),
+                 f"reads from the device {self.value / mib:.3f} MiB/token, at most {gap / mib:.3f} below the LP bound",
+                 f"{'layer':>5} {'attn':>5} {'hot':>6} {'of':>6} {'MiB':>8} {'covers':>7}"
+                 + (f" {'exp runs':>8} {'of':>6} {'MiB':>8} {'covers':>7}" if self.moe else "")]
         for i, x in enumerate(self.layers):
-            lines.append(f"{i:>5} {'dev' if x.fixed_on_device else 'cpu':>5} {x.n_hot:>6} {self.n_ff:>6} "
-                         f"{x.bytes / mib:>8.2f} {100 * x.coverage:>6.1f}%")
+            line = (f"{i:>5} {'dev' if x.fixed_on_device else 'cpu':>5} {x.n_hot:>6} {self.n_ff:>6} "
+                    f"{x.bytes / mib:>8.2f} {100 * x.coverage:>6.1f}%")
+            if self.moe:
+                line += (f" {x.n_hot_expert_runs:>8} {x.n_expert_runs:>6} {x.expert_bytes / mib:>8.2f} "
+                         f"{100 * x.expert_coverage:>6.1f}%")
+            lines.append(line)
         return "\n".join(lines)
 
 
@@ -257,8 +279,11 @@ class NativeModel(_Owned):
         return Placement(
             budget=int(totals.budget), fixed_bytes=int(totals.fixed_bytes), neuron_bytes=int(totals.neuron_bytes),
             output_on_device=bool(totals.output_on_device), n_ff=self.info.n_ff,
-            layers=[LayerPlacement(int(x.n_hot), int(x.bytes), float(x.coverage), bool(x.fixed_on_device))
-                    for x in layers])
+            layers=[LayerPlacement(int(x.n_hot), int(x.bytes), float(x.coverage), bool(x.fixed_on_device),
+                                   int(x.n_hot_expert_runs), int(x.n_expert_runs), int(x.expert_bytes),
+                                   float(x.expert_coverage)) for x in layers],
+            expert_bytes=int(totals.expert_bytes), value=float(totals.value),
+            upper_bound_value=float(totals.upper_bound_value), max_loss=float(totals.max_loss))
 
 
 class NativeAdapter(_Owned):
