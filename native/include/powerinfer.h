@@ -59,6 +59,8 @@ typedef struct {
     int32_t tied_output;
     int32_t causal;   /* 0: an encoder (bert, nomic-bert): embeddings only, no logits; pi_decode
                        * takes its whole input at once (n_tokens <= n_batch) from position 0 */
+    int32_t n_expert, n_expert_used, n_ff_exp; /* an MoE FFN: experts per layer, routed per token, neurons
+                                                * each; 0 in a dense model */
 } pi_model_info;
 
 /* *_GLU: act(gate) * up (or act(gate) * act(up)); RELU and GELU: act(up), FFNs without a gate */
@@ -208,9 +210,14 @@ PI_API int pi_context_set_adapter(pi_context *ctx, const pi_adapter *adapter, fl
 /* ---- profiling, for convert/add_profile.py ---- */
 /* While set, every pi_decode writes, for its i-th token (i < max_tokens), layer l's normed FFN
  * input to ffn_in[(l * max_tokens + i) * n_embd ...] and its activation product (the input of
- * ffn_down, dense) to act[(l * max_tokens + i) * n_ff ...]. The buffers stay the caller's and
- * must outlive the capture; pi_context_set_capture(ctx, NULL, NULL, 0) stops it. */
+ * ffn_down, dense) to act[(l * max_tokens + i) * n_ff ...]; an MoE model has no one activation:
+ * act NULL. The buffers stay the caller's and must outlive the capture;
+ * pi_context_set_capture(ctx, NULL, NULL, 0) stops it. */
 PI_API int pi_context_set_capture(pi_context *ctx, float *ffn_in, float *act, int32_t max_tokens);
+/* The same for an MoE model's routing: layer l's n_expert_used experts of the i-th token, most
+ * probable first, to experts[(l * max_tokens + i) * n_expert_used ...]; the caller's buffer;
+ * NULL stops it. */
+PI_API int pi_context_set_expert_capture(pi_context *ctx, int32_t *experts, int32_t max_tokens);
 
 typedef struct {
     int64_t tokens;          /* tokens evaluated since the context was made or the stats reset */
