@@ -148,21 +148,20 @@ class Placement:
         return any(x.n_expert_runs for x in self.layers)
 
     def table(self) -> str:
+        """One line per layer: its hot neurons, or for an MoE model (whose FFNs are all experts:
+        no predictors) its expert runs, of how many, their MiB and the share they cover."""
         mib = 1 << 20
         gap = self.upper_bound_value - self.value
+        placed = f"experts {self.expert_bytes / mib:.1f} MiB" if self.moe else f"neurons {self.neuron_bytes / mib:.1f} MiB"
         lines = [f"device budget {self.budget / mib:.1f} MiB: output matrix {'on' if self.output_on_device else 'off'} "
-                 f"the device, fixed {self.fixed_bytes / mib:.1f} MiB, neurons {self.neuron_bytes / mib:.1f} MiB"
-                 + (f", experts {self.expert_bytes / mib:.1f} MiB" if self.moe else ""),
-                 f"reads from the device {self.value / mib:.3f} MiB/token, at most {gap / mib:.3f} below the LP bound",
-                 f"{'layer':>5} {'attn':>5} {'hot':>6} {'of':>6} {'MiB':>8} {'covers':>7}"
-                 + (f" {'exp runs':>8} {'of':>6} {'MiB':>8} {'covers':>7}" if self.moe else "")]
+                 f"the device, fixed {self.fixed_bytes / mib:.1f} MiB, {placed}",
+                 f"reads {self.value / mib:.3f} MiB/token from the device, at most {gap / mib:.3f} below the LP bound",
+                 f"{'layer':>5} {'attn':>5} {'exp runs' if self.moe else 'hot':>8} {'of':>6} {'MiB':>8} {'covers':>7}"]
         for i, x in enumerate(self.layers):
-            line = (f"{i:>5} {'dev' if x.fixed_on_device else 'cpu':>5} {x.n_hot:>6} {self.n_ff:>6} "
-                    f"{x.bytes / mib:>8.2f} {100 * x.coverage:>6.1f}%")
-            if self.moe:
-                line += (f" {x.n_hot_expert_runs:>8} {x.n_expert_runs:>6} {x.expert_bytes / mib:>8.2f} "
-                         f"{100 * x.expert_coverage:>6.1f}%")
-            lines.append(line)
+            hot, of, size, cover = ((x.n_hot_expert_runs, x.n_expert_runs, x.expert_bytes, x.expert_coverage)
+                                    if self.moe else (x.n_hot, self.n_ff, x.bytes, x.coverage))
+            lines.append(f"{i:>5} {'dev' if x.fixed_on_device else 'cpu':>5} {hot:>8} {of:>6} {size / mib:>8.2f} "
+                         f"{100 * cover:>6.1f}%")
         return "\n".join(lines)
 
 
