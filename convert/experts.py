@@ -54,6 +54,20 @@ def live_run_share(gate: np.ndarray, x: np.ndarray, n_ff_exp: int) -> np.ndarray
     return sums / (np.diff(np.append(bounds, n_ff_exp)) * max(len(x), 1))
 
 
+def live_shares(reader, info, routes: np.ndarray, ffn_in: np.ndarray) -> np.ndarray:
+    """[n_layer, n_expert, runs]: each run's mean live share over the tokens routed to its expert
+    (1 where none was), from the FFN inputs [n_layer, tokens, n_embd] and the gate rows."""
+    live = np.ones((info.n_layer, info.n_expert, n_runs(info.n_ff_exp)))
+    for il in range(info.n_layer):
+        gates = write.tensor(reader, f"blk.{il}.ffn_gate_exps.weight")
+        gates = dequantize(gates.data, gates.tensor_type).reshape(info.n_expert, info.n_ff_exp, info.n_embd)
+        for e in range(info.n_expert):
+            rows = np.flatnonzero((routes[il] == e).any(axis=1))
+            if len(rows):
+                live[il, e] = live_run_share(gates[e], ffn_in[il, rows].astype(np.float32), info.n_ff_exp)
+    return live
+
+
 def run_route_profile(model, reader, chunks: list[np.ndarray], *, n_threads: int = 2, tick=None) -> RouteProfile:
     """Dense forward passes with the routing capture on; `model` is a pypowerinfer NativeModel,
     `reader` the same file's GGUFReader (ReLU-gated experts: their gate rows, dequantized)."""
@@ -89,15 +103,7 @@ def run_route_profile(model, reader, chunks: list[np.ndarray], *, n_threads: int
     if routes.min() < 0 or routes.max() >= n_expert:
         raise ConvertError("the routing capture holds an expert outside 0..n_expert-1")
     exp_freq = np.stack([np.bincount(routes[il].ravel(), minlength=n_expert) for il in range(n_layer)]) / n_total
-    runs = n_runs(info.n_ff_exp)
-    live = np.ones((n_layer, n_expert, runs))
-    for il in range(n_layer) if relu else ():
-        gates = write.tensor(reader, f"blk.{il}.ffn_gate_exps.weight")
-        gates = dequantize(gates.data, gates.tensor_type).reshape(n_expert, info.n_ff_exp, d)
-        for e in range(n_expert):
-            rows = np.flatnonzero((routes[il] == e).any(axis=1))
-            if len(rows):
-                live[il, e] = live_run_share(gates[e], ffn_in[il, rows].astype(np.float32), info.n_ff_exp)
+    live = live_shares(reader, info, routes, ffn_in) if relu else np.ones((n_layer, n_expert, n_runs(info.n_ff_exp)))
     seconds = time.perf_counter() - t0
     log.info("profiled the routing of %d tokens in %.1f s, %.0f tokens/s", n_total, seconds, n_total / seconds)
     return RouteProfile(activation=info.ffn_act, exp_freq=exp_freq.astype(np.float32),

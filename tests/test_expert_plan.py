@@ -275,6 +275,19 @@ def test_live_run_share_counts_each_run():
     assert experts.live_run_share(gate, x, 300) == pytest.approx(want)
 
 
+def test_live_shares_of_a_files_experts(plain):
+    """ReLU-gated experts' live shares from the file's gate rows: shares in [0, 1], each run's
+    mean over the tokens routed to its expert, 1 for an expert no token reached."""
+    with closing(NativeModel(plain)) as m:
+        info = m.info
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 12, 256)).astype(np.float16)
+    routes = rng.integers(0, 7, (3, 12, 2)).astype(np.int32)  # expert 7 never routed
+    live = experts.live_shares(GGUFReader(plain), info, routes, x)
+    assert live.shape == (3, 8, RUNS) and (live >= 0).all() and (live <= 1).all()
+    assert (live[:, 7] == 1).all() and (live[:, :7] < 1).all()
+
+
 FAST = ["--tokens", "512", "-q", "--no-plot", "--threads", "2"]
 
 

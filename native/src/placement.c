@@ -19,8 +19,9 @@ static uint64_t layer_fixed_bytes(const pi_model *m, const pi_layer *L) {
 /* a dense layer's runs are placed by the split only where it has a predictor and ffn_down_t */
 static int dense_candidate(const pi_layer *L) { return L->ffn_freq && L->fc1.data && L->ffn_down_t.data; }
 
-/* bytes of expert neurons [p0, p1): their gate and up rows, and their columns of each down row
- * (down's quantized blocks are not split by the plan's arithmetic: the share telescopes) */
+/* bytes of expert neurons [p0, p1): their gate and up rows, and their share of the down rows'
+ * bytes (a quantized block of down may straddle two runs: cut where p0 and p1 fall, the runs'
+ * shares add up to the whole) */
 typedef struct {
     uint64_t gate, up_down;
 } run_bytes;
