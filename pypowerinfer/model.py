@@ -273,6 +273,15 @@ class NativeModel(_Owned):
         """Bytes of every weight a token reads: what a device holding the whole model needs."""
         return int(lib.pi_model_device_bytes(self.handle))
 
+    def plan_experts(self, budget: int) -> np.ndarray:
+        """The same plan's expert runs: [n_layer, n_expert, runs] bool, True where placed
+        (runs of 128 neurons in file order; empty for a dense model)."""
+        info = self.info
+        shape = (info.n_layer, info.n_expert, -(-info.n_ff_exp // 128) if info.n_expert else 0)
+        hot = np.zeros(shape, np.uint8)
+        check(lib.pi_model_plan_experts(self.handle, int(budget), ffi.from_buffer("uint8_t[]", hot), hot.size))
+        return hot.astype(bool)
+
     def plan(self, budget: int) -> Placement:
         """The placement of `budget` device bytes."""
         n = self.info.n_layer

@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from synthetic import write_llama_gguf
 
 from pypowerinfer import placement
-from pypowerinfer._ffi import ffi, lib
+from pypowerinfer._ffi import check, ffi, lib
 from pypowerinfer.model import NativeContext, NativeModel
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
@@ -38,7 +38,6 @@ def knapsack(chains: list[list[tuple[int, float]]], budget: int):
     value = ffi.new("double[]", [v for _, v in items] or [0.0])
     taken = ffi.new("int32_t[]", max(len(chains), 1))
     totals = ffi.new("pi_placement_totals *")
-    from pypowerinfer._ffi import check
     check(lib.pi_plan_knapsack(len(chains), lens, size, value, budget, taken, totals))
     return list(taken)[:len(chains)], totals
 
@@ -143,6 +142,9 @@ def test_plain_file_plans_experts_at_the_routing_odds(plain):
         # every expert's bytes, each read 2/8 of the time
         assert full.value == pytest.approx(full.expert_bytes * 2 / 8)
         assert full.upper_bound_value == pytest.approx(full.value) and full.max_loss == 0
+        assert m.plan_experts(m.device_bytes()).all() and not m.plan_experts(0).any()
+        with pytest.raises(ValueError, match="exp_hot holds 5 runs"):
+            check(lib.pi_model_plan_experts(m.handle, 0, ffi.new("uint8_t[]", 5), 5))
         none = m.plan(0)
         assert none.expert_bytes == 0 and none.value == 0 and all(x.expert_coverage == 0 for x in none.layers)
 
@@ -182,6 +184,8 @@ def test_a_profile_puts_the_hot_expert_first(plain, tmp_path):
         per_expert = full.layers[1].expert_bytes // 8
         p = m.plan(full.fixed_bytes + per_expert)
         assert [x.n_hot_expert_runs for x in p.layers] == [0, RUNS, 0]
+        hot = m.plan_experts(full.fixed_bytes + per_expert)
+        assert hot.shape == (3, 8, RUNS) and hot[1, 3].all() and hot.sum() == RUNS
         assert p.layers[1].expert_coverage == pytest.approx(0.9 / (0.9 + 7 * 0.05), rel=1e-5)
         assert p.value == pytest.approx(0.9 * per_expert, rel=1e-5)
 
@@ -198,6 +202,7 @@ def test_live_shares_order_an_experts_runs(plain, tmp_path):
         gate_row = full.layers[0].expert_bytes / (8 * 320 * 3)  # Q4_0 rows: gate, up and down alike
         p = m.plan(full.fixed_bytes + int(64 * 3 * gate_row) + 8)
         assert [x.n_hot_expert_runs for x in p.layers] == [1, 0, 0]
+        assert list(np.argwhere(m.plan_experts(p.budget))[0]) == [0, 0, 2] and m.plan_experts(p.budget).sum() == 1
         assert p.layers[0].expert_bytes == pytest.approx(64 * 3 * gate_row, rel=0.02)
 
 

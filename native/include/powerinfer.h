@@ -305,6 +305,9 @@ typedef struct {
 /* layers: [n_layer], filled. */
 PI_API int pi_model_plan(const pi_model *model, uint64_t budget, pi_layer_placement *layers,
                          pi_placement_totals *totals);
+/* The same plan's expert runs: exp_hot[(l * n_expert + e) * runs + r] = 1 where run r of expert e
+ * of layer l is placed, runs = ceil(n_ff_exp / 128); n must be n_layer * n_expert * runs. */
+PI_API int pi_model_plan_experts(const pi_model *model, uint64_t budget, uint8_t *exp_hot, uint64_t n);
 /* The planner's knapsack on plain arrays, for tests: chain c holds chain_len[c] items (bytes,
  * value: the bytes a token reads from it; value per byte must not rise along a chain) and is
  * taken as a prefix, taken[c] long; totals gets budget, value, upper_bound_value and max_loss. */

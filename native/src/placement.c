@@ -210,6 +210,21 @@ PI_API int pi_model_plan(const pi_model *m, uint64_t budget, pi_layer_placement 
     return PI_OK;
 }
 
+PI_API int pi_model_plan_experts(const pi_model *m, uint64_t budget, uint8_t *exp_hot, uint64_t n) {
+    if (!m || !exp_hot) return pi_set_error(PI_ERR_ARG, "pi_model_plan_experts: NULL argument");
+    if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it has no weights to place");
+    const uint64_t want = (uint64_t)m->info.n_layer * (uint64_t)m->n_expert * (uint64_t)pi_model_expert_runs(m);
+    if (n != want)
+        return pi_set_error(PI_ERR_ARG, "pi_model_plan_experts: exp_hot holds %llu runs, the model %llu",
+                            (unsigned long long)n, (unsigned long long)want);
+    pi_layer_placement *plan = malloc((size_t)(m->info.n_layer > 0 ? m->info.n_layer : 1) * sizeof *plan);
+    if (!plan) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
+    pi_placement_totals totals;
+    pi_plan_placement(m, budget, plan, &totals, exp_hot);
+    free(plan);
+    return PI_OK;
+}
+
 /* every weight of an FFN: a dense one's, or an MoE layer's router and all its experts */
 static uint64_t ffn_device_bytes(const pi_model *m, const pi_layer *L) {
     if (L->ffn_gate_exps.data)
