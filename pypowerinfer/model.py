@@ -430,6 +430,8 @@ class NativeContext:
         second = ((experts, np.int32, (info.n_layer, t, info.n_expert_used)) if info.n_expert
                   else (act, np.float32, (info.n_layer, t, info.n_ff)))
         buffers = ((ffn_in, np.float32, (info.n_layer, t, info.n_embd)), second)
+        if not info.n_expert and experts is not None:
+            raise ValueError("a dense model has no experts to capture")
         if (info.n_expert and act is not None) or any(
                 a is None or a.shape != shape or a.dtype != dtype or not (a.flags.c_contiguous and a.flags.writeable)
                 for a, dtype, shape in buffers):

@@ -270,6 +270,17 @@ def test_expert_capture_records_the_router_top_k(plain):
     assert checked > 60
 
 
+def test_a_dense_model_has_no_routing_to_capture(tmp_path):
+    with closing(NativeModel(write_llama_gguf(tmp_path / "dense.gguf"))) as m:
+        info = m.info
+        ctx = NativeContext(m, n_ctx=16, n_batch=16, n_threads=1, n_threads_batch=1, logits_all=False, sparse=0)
+        x = np.zeros((info.n_layer, 16, info.n_embd), np.float32)
+        act = np.zeros((info.n_layer, 16, info.n_ff), np.float32)
+        with pytest.raises(ValueError, match="no experts"):
+            ctx.set_capture(x, act, np.zeros((info.n_layer, 16, 2), np.int32))
+        ctx.close()
+
+
 def test_live_run_share_counts_each_run():
     """Runs of 128 and a last short one: each run's mean share of positive gate outputs."""
     rng = np.random.default_rng(1)
