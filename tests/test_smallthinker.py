@@ -28,7 +28,7 @@ CASES = {
                                   n_expert_used=3, n_ff_exp=64, n_layer=5, extra_kv=SWA),
     "q4_0-sigmoid-top4": dict(weight_type="Q4_0", n_embd=128, n_head=4, n_head_kv=1, n_ff=256, n_expert=8,
                               n_expert_used=4, n_ff_exp=32, extra_kv=SIGMOID),
-    # every expert routed: no top-k choice for the 8-bit noise to flip (the control of the bound below)
+    # every expert routed: the top-k choice of all of them
     "q4_0-sigmoid-all8-swa": dict(weight_type="Q4_0", n_embd=256, n_head=8, n_head_kv=4, n_ff=256, n_expert=8,
                                   n_expert_used=8, n_ff_exp=96, output_type="Q8_0", extra_kv={**SIGMOID, **SWA}),
 }
@@ -45,15 +45,12 @@ def agreement(tmp_path_factory):
 
 @pytest.mark.parametrize("name", CASES)
 def test_teacher_forced_logits_match_llama_cpp(agreement, name):
-    """With a top-k choice our KL mean misses 1.5x the floor (measured 3e-3 .. 2.4e-2 against
-    1.2e-3 .. 4.1e-3), as qwen3moe's: the floor's noise in the layer input flips a near-tied
-    routing now and then. Routing every expert removes the choice and brings the mean to the
-    floor (the all8 case; and each case rerun with n_expert_used = n_expert, 3-layer ones:
-    4.8e-4 .. 1.3e-3), and with F32 weights the engines agree exactly (below). Top-1 measured
-    0 .. 1.02 points below llama.cpp's own (q4_0-sigmoid-top2-swa one token at a time: 3 of its
-    ~196 decisive tokens against llama.cpp's 1)."""
-    case = CASES[name]
-    assert_agreement(name, agreement[name], routed=case["n_expert_used"] < case["n_expert"])
+    """KL within 1.5x llama.cpp's floor + 1e-4 and top-1 within a point of its own, the top-k
+    choice included (measured: ours 2.2e-4 .. 4.3e-3 against bounds 4.5e-4 .. 6.3e-3, closest
+    q8_0-softmax-top3-swa at 9.9e-4 of 1.15e-3). Before the kernels rounded activations as ggml
+    does, a near-tied routing flipped by the f32/f16 scale difference put the means at 3e-3 ..
+    2.4e-2, which routing every expert brought back to the floor."""
+    assert_agreement(name, agreement[name], routed=False)
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -44,6 +44,10 @@ typedef struct {
     float *ffn_freq;        /* [n_ff] profiled activation frequency, or NULL */
     float threshold;        /* a neuron runs when its predictor logit >= threshold */
     int32_t *order;         /* [n_ff] the neuron at each position, most frequent first (ffn_freq) */
+    /* an MoE layer's profile, or NULL: the share of tokens routed to each expert [n_expert], and
+     * the share of tokens reading each run's up and down rows [n_expert][expert runs] (routed,
+     * times the run's live share for ReLU-gated experts) */
+    float *exp_freq, *exp_run_freq;
 } pi_layer;
 
 /* an MoE router's probabilities from its logits: llama.cpp's expert_gating_func values */

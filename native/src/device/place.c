@@ -94,7 +94,7 @@ static int split(pi_context *c) {
                  ? pi_set_error(PI_ERR_NOMEM, "no memory for the placement") : PI_OK;
     if (!rc) {
         pi_placement_totals totals;
-        pi_plan_placement(m, c->params.vram_budget, plan, &totals);
+        pi_plan_placement(m, c->params.vram_budget, plan, &totals, NULL);
         int any = lay_out(c, plan, hot);
         pi_device_share share = { n_layer, attention, totals.output_on_device && !c->embd };
         any |= share.output;
