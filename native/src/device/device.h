@@ -11,6 +11,7 @@
 
 typedef struct pi_device pi_device;
 struct ffn_job;
+struct pi_expert_split;
 
 typedef struct {
     const char *name;
@@ -34,6 +35,13 @@ typedef struct {
     int (*split_norm)(pi_device *d, int il, int t, float *xn);
     int (*split_start)(pi_device *d, struct ffn_job *job, int resident);
     int (*split_end)(pi_device *d, struct ffn_job *job, int t, float *cold);
+    /* The expert split of one token (ffn_moe_split.h), the stream on the host: experts_start takes
+     * the normed input and the CPU's routing (the split's x, expert, weight) and computes the
+     * dev_units from the device's copy; experts_end waits and leaves each routed expert's hot runs
+     * folded in hot_sum (pi_expert_fold_hot). NULL on a device without expert kernels (CUDA, which
+     * place.c refuses for an MoE model's budget). */
+    int (*experts_start)(pi_device *d, struct pi_expert_split *s);
+    int (*experts_end)(pi_device *d, struct pi_expert_split *s);
     void (*free)(pi_device *d);
 } pi_device_ops;
 
@@ -43,7 +51,7 @@ struct pi_device {
 
 /* What a device is given: layers first_whole.. whole, the attention of each layer where
  * attention[il], the output matrix with output, and the hot rows of the context's split
- * (c->hot_runs, c->layout) when it has one. */
+ * (c->hot_runs, c->layout), or the hot expert runs (c->xsplit), when it has one. */
 typedef struct {
     int first_whole;
     const uint8_t *attention; /* [n_layer], or NULL */
