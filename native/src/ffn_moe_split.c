@@ -12,13 +12,14 @@
 
 int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
     const pi_model *m = c->model;
-    const pi_layer *L = &m->layers[0];
-    const uint32_t down = L->ffn_down_exps.type;
     /* a run's columns of down must be whole blocks: 32-weight blocks or floats, not K-quants */
-    if (PI_FFN_RUN % pi_type_block_size(down))
-        return pi_set_error(PI_ERR_UNSUPPORTED, "the expert split reads runs of %d columns of ffn_down_exps, which is %s "
-                            "(blocks of %d): vram_budget needs a down matrix in 32-weight blocks or floats",
-                            PI_FFN_RUN, pi_type_name(down), pi_type_block_size(down));
+    for (int il = 0; il < m->info.n_layer; il++) {
+        const pi_weight *down = &m->layers[il].ffn_down_exps;
+        if (PI_FFN_RUN % pi_type_block_size(down->type))
+            return pi_set_error(PI_ERR_UNSUPPORTED, "the expert split reads runs of %d columns of %s, which is %s (blocks "
+                                "of %d): vram_budget needs expert down matrices in 32-weight blocks or floats",
+                                PI_FFN_RUN, down->name, pi_type_name(down->type), pi_type_block_size(down->type));
+    }
     pi_expert_split *s = calloc(1, sizeof *s);
     if (!s) return pi_set_error(PI_ERR_NOMEM, "no memory for the expert split");
     c->xsplit = s;
