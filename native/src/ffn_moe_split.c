@@ -196,7 +196,7 @@ int pi_ffn_moe_split(pi_context *c, int il, pi_act a) {
     int rc = dev ? dev->ops->experts_start(dev, s) : PI_OK;
     if (rc) return rc;
     cpu_task task = { c, L };
-    pi_threadpool_run(c->pool, cpu_worker, &task, c->params.n_threads);
+    if (s->n_cpu) pi_threadpool_run(c->pool, cpu_worker, &task, c->params.n_threads); /* all hot: nothing to wake */
     if (dev && (rc = dev->ops->experts_end(dev, s))) return rc;
     if (!dev) pi_expert_fold_hot(c, s); /* the CPU computed the hot runs too, and folds them as a device does */
     merge(c, L, s);
