@@ -32,6 +32,7 @@ Output: every original key and tensor unchanged (same types and bytes), plus per
   blk.N.fc1.weight        ne {n_embd, r}: Q4_0 or Q8_0 when n_embd and r are multiples of 32, else F16
   blk.N.fc2.weight        ne {r, n_ff}: same type as fc1
   blk.N.ffn_down_t.weight ne {n_embd, n_ff}: ffn_down transposed, one row per neuron (write.down_t_type)
+(an MoE model instead gets its routing profile, no predictors: convert/experts.py)
 and the powerinfer.* keys of `profile_keys`, plus powerinfer.sparse_default (BOOL) and
 powerinfer.sparse_decision (STRING), which `Llama(sparse=None)` follows. The runtime computes neuron i of layer N when
 (fc2 @ relu(fc1 @ x))[i] >= powerinfer.layer_thresholds[N] + its threshold shift, x being the
@@ -60,7 +61,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 from gguf import GGMLQuantizationType, GGUFValueType  # noqa: E402
 
-from convert import corpus, decide, predictor, progress, report, saved, write  # noqa: E402
+from convert import corpus, decide, experts, predictor, progress, report, saved, write  # noqa: E402
 from convert import profile as prof  # noqa: E402
 from convert.write import ConvertError, NewTensor  # noqa: E402
 
@@ -560,6 +561,9 @@ def convert(args, evaluate=None) -> dict:
     write.check_writable(out)
     model, tokenizer = _load_native(src)
     info = model.info
+    if info.n_expert:
+        return experts.convert(args, src=src, out=out, reader=reader, markers=markers, model=model,
+                               tokenizer=tokenizer, format_version=FORMAT_VERSION, n_ctx=N_CTX)
     if args.rank is not None and args.rank < 1:
         raise ConvertError("--rank must be positive")
     ranks = [args.rank or predictor.default_rank(info.n_embd, info.n_ff)] * info.n_layer

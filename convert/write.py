@@ -27,7 +27,7 @@ log = logging.getLogger("convert.write")
 
 KEY_PREFIX = "powerinfer."
 # tensors this converter adds; a file with any of them (or a powerinfer.* key) is already profiled
-ADDED_TENSORS = ("ffn_freq", "fc1.weight", "fc2.weight", "ffn_down_t.weight")
+ADDED_TENSORS = ("ffn_freq", "fc1.weight", "fc2.weight", "ffn_down_t.weight", "ffn_exp_freq", "ffn_exp_run_freq")
 _ADDED = re.compile(r"^blk\.\d+\.(" + "|".join(re.escape(t) for t in ADDED_TENSORS) + r")$")
 # types gguf.quants can quantize in numpy (K-quants it can only dequantize)
 _QUANTIZABLE = {GGMLQuantizationType[n] for n in ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")}

@@ -106,6 +106,9 @@ class ModelInfo:
     ffn_act: str
     tied_output: bool
     causal: bool  # False: an encoder (bert, nomic-bert), embeddings only
+    n_expert: int = 0       # an MoE FFN: experts per layer, routed per token, neurons each; 0 if dense
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,21 +148,20 @@ class Placement:
         return any(x.n_expert_runs for x in self.layers)
 
     def table(self) -> str:
+        """One line per layer: its hot neurons, or for an MoE model (whose FFNs are all experts:
+        no predictors) its expert runs, of how many, their MiB and the share they cover."""
         mib = 1 << 20
         gap = self.upper_bound_value - self.value
+        placed = f"experts {self.expert_bytes / mib:.1f} MiB" if self.moe else f"neurons {self.neuron_bytes / mib:.1f} MiB"
         lines = [f"device budget {self.budget / mib:.1f} MiB: output matrix {'on' if self.output_on_device else 'off'} "
-                 f"the device, fixed {self.fixed_bytes / mib:.1f} MiB, neurons {self.neuron_bytes / mib:.1f} MiB"
-                 + (f", experts {self.expert_bytes / mib:.1f} MiB" if self.moe else ""),
-                 f"reads from the device {self.value / mib:.3f} MiB/token, at most {gap / mib:.3f} below the LP bound",
-                 f"{'layer':>5} {'attn':>5} {'hot':>6} {'of':>6} {'MiB':>8} {'covers':>7}"
-                 + (f" {'exp runs':>8} {'of':>6} {'MiB':>8} {'covers':>7}" if self.moe else "")]
+                 f"the device, fixed {self.fixed_bytes / mib:.1f} MiB, {placed}",
+                 f"reads {self.value / mib:.3f} MiB/token from the device, at most {gap / mib:.3f} below the LP bound",
+                 f"{'layer':>5} {'attn':>5} {'exp runs' if self.moe else 'hot':>8} {'of':>6} {'MiB':>8} {'covers':>7}"]
         for i, x in enumerate(self.layers):
-            line = (f"{i:>5} {'dev' if x.fixed_on_device else 'cpu':>5} {x.n_hot:>6} {self.n_ff:>6} "
-                    f"{x.bytes / mib:>8.2f} {100 * x.coverage:>6.1f}%")
-            if self.moe:
-                line += (f" {x.n_hot_expert_runs:>8} {x.n_expert_runs:>6} {x.expert_bytes / mib:>8.2f} "
-                         f"{100 * x.expert_coverage:>6.1f}%")
-            lines.append(line)
+            hot, of, size, cover = ((x.n_hot_expert_runs, x.n_expert_runs, x.expert_bytes, x.expert_coverage)
+                                    if self.moe else (x.n_hot, self.n_ff, x.bytes, x.coverage))
+            lines.append(f"{i:>5} {'dev' if x.fixed_on_device else 'cpu':>5} {hot:>8} {of:>6} {size / mib:>8.2f} "
+                         f"{100 * cover:>6.1f}%")
         return "\n".join(lines)
 
 
@@ -218,7 +220,8 @@ class NativeModel(_Owned):
             n_head=info.n_head, n_head_kv=info.n_head_kv, n_ff=info.n_ff, n_rot=info.n_rot,
             norm_eps=info.norm_eps, rope_freq_base=info.rope_freq_base, rope_freq_scale=info.rope_freq_scale,
             ffn_act=ACTIVATIONS[info.ffn_act], tied_output=bool(info.tied_output),
-            causal=bool(info.causal),
+            causal=bool(info.causal), n_expert=info.n_expert, n_expert_used=info.n_expert_used,
+            n_ff_exp=info.n_ff_exp,
         )
 
     def metadata(self) -> dict[str, object]:
@@ -269,6 +272,15 @@ class NativeModel(_Owned):
     def device_bytes(self) -> int:
         """Bytes of every weight a token reads: what a device holding the whole model needs."""
         return int(lib.pi_model_device_bytes(self.handle))
+
+    def plan_experts(self, budget: int) -> np.ndarray:
+        """The same plan's expert runs: [n_layer, n_expert, runs] bool, True where placed
+        (runs of 128 neurons in file order; empty for a dense model)."""
+        info = self.info
+        shape = (info.n_layer, info.n_expert, -(-info.n_ff_exp // 128) if info.n_expert else 0)
+        hot = np.zeros(shape, np.uint8)
+        check(lib.pi_model_plan_experts(self.handle, int(budget), ffi.from_buffer("uint8_t[]", hot), hot.size))
+        return hot.astype(bool)
 
     def plan(self, budget: int) -> Placement:
         """The placement of `budget` device bytes."""
@@ -401,24 +413,38 @@ class NativeContext:
         check(lib.pi_context_set_adapter(self._handle, adapter.handle if adapter else ffi.NULL, float(scale)))
         self._adapter = adapter
 
-    def set_capture(self, ffn_in: np.ndarray | None, act: np.ndarray | None) -> None:
+    def set_capture(self, ffn_in: np.ndarray | None, act: np.ndarray | None,
+                    experts: np.ndarray | None = None) -> None:
         """Record every layer's FFN input [n_layer, T, n_embd] and activation [n_layer, T, n_ff]
-        (float32, C-contiguous, T the same for both) for the tokens of each later decode call.
-        None, None stops recording. The arrays must stay alive while recording."""
-        if ffn_in is None or act is None:
+        (float32), or for an MoE model the input and each token's routed experts [n_layer, T,
+        n_expert_used] (int32, act None), C-contiguous with T the same for all, for the tokens
+        of each later decode call. set_capture(None, None) stops recording. The arrays must stay
+        alive while recording."""
+        if ffn_in is None:
             check(lib.pi_context_set_capture(self._handle, ffi.NULL, ffi.NULL, 0))
+            check(lib.pi_context_set_expert_capture(self._handle, ffi.NULL, 0))
             self._capture = None
             return
         info = self._model.info
         t = ffn_in.shape[1] if ffn_in.ndim == 3 else -1
-        if (ffn_in.shape != (info.n_layer, t, info.n_embd) or act.shape != (info.n_layer, t, info.n_ff)
-                or ffn_in.dtype != np.float32 or act.dtype != np.float32
-                or not (ffn_in.flags.c_contiguous and act.flags.c_contiguous and ffn_in.flags.writeable)):
-            raise ValueError(f"capture buffers must be float32 C arrays [{info.n_layer}, T, {info.n_embd}] "
-                             f"and [{info.n_layer}, T, {info.n_ff}]")
-        self._capture = (ffn_in, act)  # keep them alive while native code writes into them
-        check(lib.pi_context_set_capture(self._handle, ffi.from_buffer("float[]", ffn_in),
-                                         ffi.from_buffer("float[]", act), t))
+        second = ((experts, np.int32, (info.n_layer, t, info.n_expert_used)) if info.n_expert
+                  else (act, np.float32, (info.n_layer, t, info.n_ff)))
+        buffers = ((ffn_in, np.float32, (info.n_layer, t, info.n_embd)), second)
+        if not info.n_expert and experts is not None:
+            raise ValueError("a dense model has no experts to capture")
+        if (info.n_expert and act is not None) or any(
+                a is None or a.shape != shape or a.dtype != dtype or not (a.flags.c_contiguous and a.flags.writeable)
+                for a, dtype, shape in buffers):
+            raise ValueError("capture buffers must be C arrays " + " and ".join(
+                f"{np.dtype(dtype).name} [{shape[0]}, T, {shape[2]}]" for _, dtype, shape in buffers)
+                + (" (no act: an MoE FFN has none)" if info.n_expert else ""))
+        self._capture = (ffn_in, act, experts)  # keep them alive while native code writes into them
+        if info.n_expert:
+            check(lib.pi_context_set_capture(self._handle, ffi.from_buffer("float[]", ffn_in), ffi.NULL, t))
+            check(lib.pi_context_set_expert_capture(self._handle, ffi.from_buffer("int32_t[]", experts), t))
+        else:
+            check(lib.pi_context_set_capture(self._handle, ffi.from_buffer("float[]", ffn_in),
+                                             ffi.from_buffer("float[]", act), t))
 
     def get_state(self) -> bytes:
         """The KV cache of the evaluated positions and their count (pi_context_get_state)."""

@@ -59,6 +59,8 @@ typedef struct {
     int32_t tied_output;
     int32_t causal;   /* 0: an encoder (bert, nomic-bert): embeddings only, no logits; pi_decode
                        * takes its whole input at once (n_tokens <= n_batch) from position 0 */
+    int32_t n_expert, n_expert_used, n_ff_exp; /* an MoE FFN: experts per layer, routed per token, neurons
+                                                * each; 0 in a dense model */
 } pi_model_info;
 
 /* *_GLU: act(gate) * up (or act(gate) * act(up)); RELU and GELU: act(up), FFNs without a gate */
@@ -208,9 +210,14 @@ PI_API int pi_context_set_adapter(pi_context *ctx, const pi_adapter *adapter, fl
 /* ---- profiling, for convert/add_profile.py ---- */
 /* While set, every pi_decode writes, for its i-th token (i < max_tokens), layer l's normed FFN
  * input to ffn_in[(l * max_tokens + i) * n_embd ...] and its activation product (the input of
- * ffn_down, dense) to act[(l * max_tokens + i) * n_ff ...]. The buffers stay the caller's and
- * must outlive the capture; pi_context_set_capture(ctx, NULL, NULL, 0) stops it. */
+ * ffn_down, dense) to act[(l * max_tokens + i) * n_ff ...]; an MoE model has no one activation:
+ * act NULL. The buffers stay the caller's and must outlive the capture;
+ * pi_context_set_capture(ctx, NULL, NULL, 0) stops it. */
 PI_API int pi_context_set_capture(pi_context *ctx, float *ffn_in, float *act, int32_t max_tokens);
+/* The same for an MoE model's routing: layer l's n_expert_used experts of the i-th token, most
+ * probable first, to experts[(l * max_tokens + i) * n_expert_used ...]; the caller's buffer;
+ * NULL stops it. */
+PI_API int pi_context_set_expert_capture(pi_context *ctx, int32_t *experts, int32_t max_tokens);
 
 typedef struct {
     int64_t tokens;          /* tokens evaluated since the context was made or the stats reset */
@@ -299,6 +306,9 @@ typedef struct {
 /* layers: [n_layer], filled. */
 PI_API int pi_model_plan(const pi_model *model, uint64_t budget, pi_layer_placement *layers,
                          pi_placement_totals *totals);
+/* The same plan's expert runs: exp_hot[(l * n_expert + e) * runs + r] = 1 where run r of expert e
+ * of layer l is placed, runs = ceil(n_ff_exp / 128); n must be n_layer * n_expert * runs. */
+PI_API int pi_model_plan_experts(const pi_model *model, uint64_t budget, uint8_t *exp_hot, uint64_t n);
 /* The planner's knapsack on plain arrays, for tests: chain c holds chain_len[c] items (bytes,
  * value: the bytes a token reads from it; value per byte must not rise along a chain) and is
  * taken as a prefix, taken[c] long; totals gets budget, value, upper_bound_value and max_loss. */

@@ -111,6 +111,7 @@ struct pi_context {
     /* profiling capture (caller's buffers, see pi_context_set_capture) */
     float *capture_ffn_in, *capture_act;
     int32_t capture_max, capture_base; /* capture_base: first position of the current pi_decode */
+    int32_t *capture_experts, capture_experts_max; /* pi_context_set_expert_capture */
     pi_stats stats;
     int64_t step_bytes;         /* weight bytes read by the current pi_forward step */
 };

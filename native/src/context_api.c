@@ -150,13 +150,27 @@ PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens
 
 PI_API int pi_context_set_capture(pi_context *c, float *ffn_in, float *act, int32_t max_tokens) {
     if (!c) return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: NULL context");
-    if ((ffn_in == NULL) != (act == NULL) || max_tokens < 0 || (ffn_in && max_tokens == 0))
-        return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: give both buffers and max_tokens > 0, or neither");
-    if (ffn_in && c->model->n_expert)
-        return pi_set_error(PI_ERR_UNSUPPORTED, "pi_context_set_capture: an MoE FFN has no one activation to capture");
+    const int moe = c->model->n_expert > 0;
+    if (act && moe)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "pi_context_set_capture: an MoE FFN has no one activation to capture "
+                            "(pass act NULL)");
+    if ((act && !ffn_in) || (ffn_in && !act && !moe) || max_tokens < 0 || (ffn_in && max_tokens == 0))
+        return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: give %s and max_tokens > 0, or neither",
+                            moe ? "ffn_in" : "both buffers");
     c->capture_ffn_in = ffn_in;
     c->capture_act = act;
     c->capture_max = ffn_in ? max_tokens : 0;
+    return PI_OK;
+}
+
+PI_API int pi_context_set_expert_capture(pi_context *c, int32_t *experts, int32_t max_tokens) {
+    if (!c) return pi_set_error(PI_ERR_ARG, "pi_context_set_expert_capture: NULL context");
+    if (experts && !c->model->n_expert)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "pi_context_set_expert_capture: a dense FFN has no experts to capture");
+    if (max_tokens < 0 || (experts && max_tokens == 0))
+        return pi_set_error(PI_ERR_ARG, "pi_context_set_expert_capture: give a buffer and max_tokens > 0, or neither");
+    c->capture_experts = experts;
+    c->capture_experts_max = experts ? max_tokens : 0;
     return PI_OK;
 }
 

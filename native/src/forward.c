@@ -16,12 +16,12 @@
 #include "status.h"
 #include "token_bytes.h"
 
-/* copy n rows of `dim` floats into layer `il` of a capture buffer, at the step's token offset */
-static void capture(const pi_context *c, float *buf, const float *rows, int il, int n, int dim) {
+/* copy n rows of `row` bytes into layer `il` of a capture buffer of max rows per layer, at the
+ * step's token offset */
+static void capture(const pi_context *c, void *buf, const void *rows, int il, int n, size_t row, int max) {
     const int first = c->tok_pos[0] - c->capture_base; /* one sequence: pi_decode's */
-    for (int t = 0; t < n && first + t < c->capture_max; t++)
-        memcpy(buf + ((size_t)il * c->capture_max + (size_t)(first + t)) * dim, rows + (size_t)t * dim,
-               (size_t)dim * sizeof(float));
+    for (int t = 0; t < n && first + t < max; t++)
+        memcpy((char *)buf + ((size_t)il * max + (size_t)(first + t)) * row, (const char *)rows + (size_t)t * row, row);
 }
 
 /* ---- FFN: dense, or over the neurons the predictor picks ---- */
@@ -39,7 +39,7 @@ void pi_ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a) {
         pi_add_bias(c->gate, L->ffn_up_b, n, n_ff);
     }
     pi_activate(c, c->gate, c->up, (size_t)n * n_ff);
-    if (c->capture_act) capture(c, c->capture_act, c->gate, il, n, n_ff);
+    if (c->capture_act) capture(c, c->capture_act, c->gate, il, n, (size_t)n_ff * sizeof(float), c->capture_max);
     if (L->ffn_down.data) {
         const pi_mm_target down = { &L->ffn_down, c->delta };
         pi_matmul(c, pi_quantize(&c->kern, c->gate, c->xq, n, n_ff), n, &down, 1);
@@ -68,7 +68,7 @@ int pi_ffn_block(pi_context *c, int il, int n) {
     const pi_layer *L = &c->model->layers[il];
     const int d = c->model->info.n_embd;
     pi_norm(c, c->x, L->ffn_norm, L->ffn_norm_b, c->xn, n);
-    if (c->capture_ffn_in) capture(c, c->capture_ffn_in, c->xn, il, n, d);
+    if (c->capture_ffn_in) capture(c, c->capture_ffn_in, c->xn, il, n, (size_t)d * sizeof(float), c->capture_max);
     const pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
     if (use_sparse(c, il, n)) {
         for (int t = 0; t < n; t++) {
@@ -80,6 +80,9 @@ int pi_ffn_block(pi_context *c, int il, int n) {
         if (rc) return rc;
     } else if (L->ffn_gate_inp.data) {
         pi_ffn_moe(c, L, n, a);
+        if (c->capture_experts) /* the routing the MoE FFN left in moe_sel */
+            capture(c, c->capture_experts, c->moe_sel, il, n, (size_t)c->model->n_expert_used * sizeof(int32_t),
+                    c->capture_experts_max);
     } else {
         pi_ffn_dense(c, L, il, n, a);
     }

@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "model.h"
+#include "placement.h"
 #include "status.h"
 
 /* What an architecture changes in the llama block (pi_model.traits). */
@@ -254,23 +255,30 @@ static int bind_weight(pi_model *m, pi_weight *w, const char *name, int64_t n_in
     return bind_tensor(m, w, name, n_in, n_out, 1, required);
 }
 
-/* Copy a 1-D tensor of n values into *cursor (f32), pointing *dst at it; NULL when optional and absent. */
-static int bind_vector(pi_model *m, float **dst, float **cursor, const char *name, int64_t n, int required) {
+/* Copy a tensor of n0 x n1 values (GGUF ne {n0, n1}) into *cursor (f32), pointing *dst at it;
+ * NULL when optional and absent. */
+static int bind_values(pi_model *m, float **dst, float **cursor, const char *name, int64_t n0, int64_t n1,
+                       int required) {
     *dst = NULL;
     const gguf_tensor *t = gguf_find_tensor(&m->file, name);
     if (!t) return required ? pi_set_error(PI_ERR_FORMAT, "GGUF: required tensor '%s' is missing", name) : PI_OK;
-    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return pi_set_error(PI_ERR_FORMAT, "tensor '%s' has %lld x %lld values, expected %lld", name,
-                            (long long)t->ne[0], (long long)t->ne[1], (long long)n);
+    if (t->ne[0] != n0 || t->ne[1] != n1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return pi_set_error(PI_ERR_FORMAT, "tensor '%s' has %lld x %lld values, expected %lld x %lld", name,
+                            (long long)t->ne[0], (long long)t->ne[1], (long long)n0, (long long)n1);
     if (t->type != PI_TYPE_F32 && t->type != PI_TYPE_F16 && t->type != PI_TYPE_BF16)
         return pi_set_error(PI_ERR_UNSUPPORTED, "vector tensor '%s' has type %s (F32, F16 or BF16 expected)", name,
                             pi_type_name(t->type));
     pi_kernels ref;
     pi_kernels_ref(&ref);
-    ref.dequant[t->type](t->data, *cursor, (int)n);
+    ref.dequant[t->type](t->data, *cursor, (int)(n0 * n1));
     *dst = *cursor;
-    *cursor += n;
+    *cursor += n0 * n1;
     return PI_OK;
+}
+
+/* a 1-D tensor of n values (bind_values) */
+static int bind_vector(pi_model *m, float **dst, float **cursor, const char *name, int64_t n, int required) {
+    return bind_values(m, dst, cursor, name, n, 1, required);
 }
 
 /* fc1 {n_embd, rank} and fc2 {rank, n_ff}: both or neither; the rank is the file's choice. */
@@ -417,6 +425,39 @@ static int bind_moe(pi_model *m, pi_layer *L, int il, int64_t d) {
     return PI_OK;
 }
 
+/* the n values of `name` are shares of tokens: finite and in [0, 1] */
+static int check_shares(const float *v, int64_t n, const char *name) {
+    for (int64_t i = 0; v && i < n; i++)
+        if (!(v[i] >= 0.0f && v[i] <= 1.0f))
+            return pi_set_error(PI_ERR_FORMAT, "tensor '%s' value %lld is %g: a share of tokens in [0, 1] expected", name,
+                                (long long)i, (double)v[i]);
+    return PI_OK;
+}
+
+/* An MoE layer's routing profile (convert/add_profile.py), optional: ffn_exp_freq [n_expert] and
+ * ffn_exp_run_freq [n_expert][expert runs], the latter only with the former and at most its
+ * expert's routing share (a run is read only when its expert is routed). */
+static int bind_expert_profile(pi_model *m, pi_layer *L, int il, float **cursor) {
+    const int64_t n_expert = m->n_expert, runs = pi_model_expert_runs(m);
+    char freq[64], run_freq[64];
+    snprintf(freq, sizeof freq, "blk.%d.ffn_exp_freq", il);
+    snprintf(run_freq, sizeof run_freq, "blk.%d.ffn_exp_run_freq", il);
+    int rc;
+    if ((rc = bind_values(m, &L->exp_freq, cursor, freq, n_expert, 1, 0)) ||
+        (rc = bind_values(m, &L->exp_run_freq, cursor, run_freq, runs, n_expert, 0)) ||
+        (rc = check_shares(L->exp_freq, n_expert, freq)) || (rc = check_shares(L->exp_run_freq, n_expert * runs, run_freq)))
+        return rc;
+    if (L->exp_run_freq && !L->exp_freq)
+        return pi_set_error(PI_ERR_FORMAT, "tensor '%s' needs '%s' beside it", run_freq, freq);
+    for (int64_t e = 0; L->exp_run_freq && e < n_expert; e++)
+        for (int64_t r = 0; r < runs; r++)
+            if (L->exp_run_freq[e * runs + r] > L->exp_freq[e] * (1.0f + 1e-5f) + 1e-6f)
+                return pi_set_error(PI_ERR_FORMAT, "tensor '%s': expert %lld run %lld is read more often (%g) than the "
+                                    "expert is routed (%g, %s)", run_freq, (long long)e, (long long)r,
+                                    (double)L->exp_run_freq[e * runs + r], (double)L->exp_freq[e], freq);
+    return PI_OK;
+}
+
 /* `base`.weight and, for LayerNorm, `base`.bias (required with the weight) */
 static int bind_norm(pi_model *m, float **w, float **b, float **cursor, const char *base, int64_t n, int required) {
     char name[64];
@@ -553,7 +594,8 @@ static int bind_tensors(pi_model *m) {
     if ((m->traits & ARCH_LEARNED_POS) && (rc = bind_positions(m))) return rc;
     /* 5 d: the output norm, or an encoder's input norm, and its token type row */
     size_t n_floats = 5 * (size_t)d + (size_t)h->n_rot / 2 + (size_t)h->n_vocab +
-                      (size_t)h->n_layer * (size_t)(8 * d + q_dim + 2 * kv_dim + 3 * h->n_ff + 2 * m->head_dim);
+                      (size_t)h->n_layer * (size_t)(8 * d + q_dim + 2 * kv_dim + 3 * h->n_ff + 2 * m->head_dim) +
+                      (size_t)h->n_layer * (size_t)m->n_expert * (size_t)(1 + pi_model_expert_runs(m));
     m->vectors = malloc(n_floats * sizeof(float));
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
@@ -577,6 +619,7 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_weight(m, &L->attn_output, NAME("attn_output.weight"), q_dim, d, 1)) ||
             (rc = bind_vector(m, &L->attn_output_b, &cur, NAME("attn_output.bias"), d, 0)) ||
             (rc = m->n_expert ? bind_moe(m, L, il, d) : bind_gate_up(m, L, il, d, h->n_ff)) ||
+            (m->n_expert && (rc = bind_expert_profile(m, L, il, &cur))) ||
             (rc = bind_weight(m, &L->ffn_down_t, NAME("ffn_down_t.weight"), d, h->n_ff, 0)) ||
             /* PowerInfer's files carry only the transposed down matrix */
             (rc = bind_weight(m, &L->ffn_down, NAME("ffn_down.weight"), h->n_ff, d, !L->ffn_down_t.data && !m->n_expert)) ||
@@ -700,6 +743,9 @@ PI_API int pi_model_get_info(const pi_model *m, pi_model_info *out) {
     if (!m || !out) return pi_set_error(PI_ERR_ARG, "pi_model_get_info: NULL argument");
     if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it has no weights");
     *out = m->info;
+    out->n_expert = m->n_expert;
+    out->n_expert_used = m->n_expert_used;
+    out->n_ff_exp = m->n_ff_exp;
     return PI_OK;
 }
 

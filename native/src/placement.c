@@ -19,8 +19,9 @@ static uint64_t layer_fixed_bytes(const pi_model *m, const pi_layer *L) {
 /* a dense layer's runs are placed by the split only where it has a predictor and ffn_down_t */
 static int dense_candidate(const pi_layer *L) { return L->ffn_freq && L->fc1.data && L->ffn_down_t.data; }
 
-/* bytes of expert neurons [p0, p1): their gate and up rows, and their columns of each down row
- * (down's quantized blocks are not split by the plan's arithmetic: the share telescopes) */
+/* bytes of expert neurons [p0, p1): their gate and up rows, and their share of the down rows'
+ * bytes (a quantized block of down may straddle two runs: cut where p0 and p1 fall, the runs'
+ * shares add up to the whole) */
 typedef struct {
     uint64_t gate, up_down;
 } run_bytes;
@@ -206,6 +207,21 @@ PI_API int pi_model_plan(const pi_model *m, uint64_t budget, pi_layer_placement 
     if (!m || !layers || !totals) return pi_set_error(PI_ERR_ARG, "pi_model_plan: NULL argument");
     if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it has no weights to place");
     pi_plan_placement(m, budget, layers, totals, NULL);
+    return PI_OK;
+}
+
+PI_API int pi_model_plan_experts(const pi_model *m, uint64_t budget, uint8_t *exp_hot, uint64_t n) {
+    if (!m || !exp_hot) return pi_set_error(PI_ERR_ARG, "pi_model_plan_experts: NULL argument");
+    if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it has no weights to place");
+    const uint64_t want = (uint64_t)m->info.n_layer * (uint64_t)m->n_expert * (uint64_t)pi_model_expert_runs(m);
+    if (n != want)
+        return pi_set_error(PI_ERR_ARG, "pi_model_plan_experts: exp_hot holds %llu runs, the model %llu",
+                            (unsigned long long)n, (unsigned long long)want);
+    pi_layer_placement *plan = malloc((size_t)(m->info.n_layer > 0 ? m->info.n_layer : 1) * sizeof *plan);
+    if (!plan) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
+    pi_placement_totals totals;
+    pi_plan_placement(m, budget, plan, &totals, exp_hot);
+    free(plan);
     return PI_OK;
 }
 
