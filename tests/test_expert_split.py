@@ -79,17 +79,19 @@ def hot_runs(model, budget) -> tuple[int, int]:
     return sum(x.n_hot_expert_runs for x in plan.layers), sum(x.n_expert_runs for x in plan.layers)
 
 
-def per_token_traffic(model, budget, experts_on_device: bool) -> dict[str, int]:
+def per_token_traffic(model, budget, experts_on_device) -> dict[str, int]:
     """Copies and waits of a one-token step: per layer the stream in for attention on the device,
-    back out for the FFN (a wait), and with hot runs among the token's experts their input and
-    routing in, their sums back (a wait); the stream in again for the logits, which come back."""
+    back out for the FFN (a wait), and with hot runs among the token's experts (experts_on_device:
+    for every layer, or a list per layer) their input and routing in, their sums back (a wait);
+    the stream in again for the logits, which come back."""
     plan = model.plan(budget)
+    on_device = experts_on_device if isinstance(experts_on_device, list) else [experts_on_device] * N_LAYER
     copies = syncs = 0
-    for layer in plan.layers:
+    for layer, experts in zip(plan.layers, on_device):
         if layer.fixed_on_device:
             copies += 2
             syncs += 1
-        if experts_on_device:
+        if experts:
             copies += 2
             syncs += 1
     if plan.output_on_device:
@@ -151,7 +153,8 @@ def test_the_split_changes_only_the_order_of_the_sum(models, name):
 def test_exact_router_ties_route_every_token_once(models, tmp_path):
     """Every router row the same: all experts tie exactly for every token, and the lowest ones
     win. The CPU routes once and the device is handed that choice, so each chosen expert is
-    computed once, with the same result as the CPU alone."""
+    computed once, with the same result as the CPU alone, and the device computes exactly the
+    hot runs of experts 0 .. k-1 (pi_model_plan_experts)."""
     name = "q4_0-top2"
     case = CASES[name]
     src = models[name].path
@@ -161,15 +164,20 @@ def test_exact_router_ties_route_every_token_once(models, tmp_path):
     path = rewrite_gguf(src, tmp_path / "tied.gguf", {n: router for n in names}, drop=names)
     m = NativeModel(path)
     try:
-        for share in ("some", "all"):
-            budget = budgets(m)[share]
+        total = m.device_bytes()
+        fixed = m.plan(total).fixed_bytes
+        for share in (0.1, 0.5, 1.0):  # 0.1: tied experts 0 and 1 of layer 0 are one hot, one cold
+            budget = fixed + int(share * (total - fixed))
             cpu, cpu_stats, _ = decode(m, budget=budget)
             split, stats, traffic = decode(m, device=DEVICE_HOST, budget=budget)
             np.testing.assert_array_equal(split, cpu)
             assert stats == cpu_stats
             assert stats["ffn_rows_done"] == DECODED * N_LAYER * case["n_expert_used"] * case["n_ff_exp"]
-            if share == "all":
-                assert traffic == {k: DECODED * v for k, v in per_token_traffic(m, budget, True).items()}
+            chosen = m.plan_experts(budget)[:, : case["n_expert_used"]]  # [layer, expert, run]
+            run_rows = np.minimum(128, case["n_ff_exp"] - 128 * np.arange(chosen.shape[2]))
+            assert stats["ffn_rows_hot"] == DECODED * int((chosen * run_rows).sum())
+            per_layer = [bool(layer.any()) for layer in chosen]
+            assert traffic == {k: DECODED * v for k, v in per_token_traffic(m, budget, per_layer).items()}
     finally:
         m.close()
 
