@@ -12,7 +12,7 @@ import pytest
 from synthetic import rewrite_gguf, write_llama_gguf
 
 from pypowerinfer import Llama, UnsupportedError
-from pypowerinfer.model import NativeContext, NativeModel
+from pypowerinfer.model import NativeContext, NativeModel, cuda_device_count
 
 DEVICE_NONE, DEVICE_HOST, DEVICE_CUDA = 0, 1, 2
 N_LAYER = 2
@@ -212,6 +212,16 @@ def test_cuda_refuses_an_moe_budget_clearly(models):
     model = models["q8_0-top1"]
     with pytest.raises(UnsupportedError, match="expert kernels"):
         context(model, device=DEVICE_CUDA, budget=model.device_bytes())
+
+
+@pytest.mark.skipif(cuda_device_count() == 0, reason="no CUDA device (auto picks none)")
+def test_auto_falls_back_to_the_cpu_where_cuda_cannot_take_the_experts(models):
+    model = models["q8_0-top1"]
+    with pytest.warns(UserWarning, match="expert kernels"):
+        llm = Llama(model.path, n_ctx=32, vram_budget="50%", hybrid_device="auto", verbose=False)
+    with llm:
+        assert llm.placement is None
+        llm.eval([1, 2, 3])
 
 
 def test_a_k_quant_down_matrix_is_refused(tmp_path):
