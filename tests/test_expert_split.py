@@ -80,23 +80,33 @@ def hot_runs(model, budget) -> tuple[int, int]:
 
 
 def per_token_traffic(model, budget, experts_on_device) -> dict[str, int]:
-    """Copies and waits of a one-token step: per layer the stream in for attention on the device,
-    back out for the FFN (a wait), and with hot runs among the token's experts (experts_on_device:
-    for every layer, or a list per layer) their input and routing in, their sums back (a wait);
-    the stream in again for the logits, which come back."""
+    """Copies and waits of a one-token step, following the stream: in for a layer's attention on
+    the device, where it stays for the FFN: the device norms the token's input for the CPU (a
+    wait), takes the routing when the token's experts have hot runs (experts_on_device: for every
+    layer, or a list per layer), then the CPU's cold sums, and merges. Out for attention on the
+    CPU; there the hot runs take the input and routing in and their sums back (a wait). Then the
+    logits, back from the device where it holds the output matrix."""
     plan = model.plan(budget)
     on_device = experts_on_device if isinstance(experts_on_device, list) else [experts_on_device] * N_LAYER
     copies = syncs = 0
+    stream_on_device = False
     for layer, experts in zip(plan.layers, on_device):
         if layer.fixed_on_device:
-            copies += 2
+            copies += not stream_on_device
+            stream_on_device = True
+            copies += 2 + experts
             syncs += 1
-        if experts:
-            copies += 2
-            syncs += 1
+        else:
+            copies += stream_on_device
+            syncs += stream_on_device
+            stream_on_device = False
+            copies += 2 * experts
+            syncs += experts
     if plan.output_on_device:
-        copies += 2
-        syncs += 1
+        copies += 1 + (not stream_on_device)
+    else:
+        copies += stream_on_device
+    syncs += plan.output_on_device or stream_on_device
     return {"copies": copies, "syncs": syncs}
 
 

@@ -39,7 +39,7 @@ int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
     s->acc = malloc(k * runs * d * sizeof *s->acc);
     s->rows_done = malloc(k * runs * sizeof *s->rows_done);
     s->hot_sum = malloc(k * d * sizeof *s->hot_sum);
-    s->out = malloc(d * sizeof *s->out);
+    s->out = malloc(k * d * sizeof *s->out);
     if (!s->hot || !s->expert || !s->weight || !s->has_hot || !s->cpu_units || !s->dev_units || !s->g || !s->u ||
         !s->q || !s->acc || !s->rows_done || !s->hot_sum || !s->out) {
         pi_expert_split_free(c);
@@ -161,30 +161,43 @@ static void cpu_worker(void *arg, int ith, int nth) {
     (void)nth;
 }
 
-/* delta = sum over experts, ascending, of weight * (cold slots in run order + the hot fold);
- * the neurons and bytes of every unit, counted once each time it was computed */
-static void merge(pi_context *c, const pi_layer *L, pi_expert_split *s) {
-    const pi_model *m = c->model;
-    const int d = m->info.n_embd;
-    float *y = c->delta;
-    memset(y, 0, (size_t)d * sizeof(float));
+/* each expert's cold slots added in run order into s->out[j] (the device's may be running still) */
+static void cold_sums(pi_context *c, pi_expert_split *s) {
+    const int d = c->model->info.n_embd;
     for (int j = 0; j < s->k; j++) {
-        memset(s->out, 0, (size_t)d * sizeof(float));
-        for (int r = 0; r < s->runs; r++) {
-            const int unit = j * s->runs + r, hot = is_hot(s, m, j, r);
-            if (!hot) c->vec.axpy(1.0f, s->acc + (size_t)unit * d, s->out, d);
-            const pi_expert_run_rows w = pi_expert_run_rows_of(m, L, s->expert[j], r);
-            c->stats.ffn_rows_done += s->rows_done[unit];
-            if (hot) c->stats.ffn_rows_hot += s->rows_done[unit];
-            c->step_bytes += (int64_t)(s->rows_done[unit] / w.gate.n_out) * (int64_t)pi_expert_run_bytes(&w);
-        }
-        if (s->has_hot[j]) c->vec.axpy(1.0f, s->hot_sum + (size_t)j * d, s->out, d);
-        c->vec.axpy(s->weight[j], s->out, y, d);
+        float *out = s->out + (size_t)j * d;
+        memset(out, 0, (size_t)d * sizeof(float));
+        for (int r = 0; r < s->runs; r++)
+            if (!is_hot(s, c->model, j, r)) c->vec.axpy(1.0f, s->acc + ((size_t)j * s->runs + (size_t)r) * d, out, d);
+    }
+}
+
+/* the neurons and bytes of every unit, counted once each time it was computed (after the device's wait) */
+static void count_units(pi_context *c, const pi_layer *L, const pi_expert_split *s) {
+    const pi_model *m = c->model;
+    for (int unit = 0; unit < s->k * s->runs; unit++) {
+        const int j = unit / s->runs, r = unit % s->runs;
+        const pi_expert_run_rows w = pi_expert_run_rows_of(m, L, s->expert[j], r);
+        c->stats.ffn_rows_done += s->rows_done[unit];
+        if (is_hot(s, m, j, r)) c->stats.ffn_rows_hot += s->rows_done[unit];
+        c->step_bytes += (int64_t)(s->rows_done[unit] / w.gate.n_out) * (int64_t)pi_expert_run_bytes(&w);
     }
     c->step_bytes += (int64_t)pi_weight_bytes(&L->ffn_gate_inp);
 }
 
-int pi_ffn_moe_split(pi_context *c, int il, pi_act a) {
+void pi_expert_merge(pi_context *c, pi_expert_split *s, float *y) {
+    const int d = c->model->info.n_embd;
+    memset(y, 0, (size_t)d * sizeof(float));
+    for (int j = 0; j < s->k; j++) {
+        float *out = s->out + (size_t)j * d;
+        if (s->has_hot[j]) c->vec.axpy(1.0f, s->hot_sum + (size_t)j * d, out, d);
+        c->vec.axpy(s->weight[j], out, y, d);
+    }
+}
+
+/* One token through layer il's split from a, its normed input (quantized), with the stream on
+ * the device (resident: the device merges) or on the host (delta[0] is the FFN's output). */
+static int split_token(pi_context *c, int il, pi_act a, int resident) {
     const pi_layer *L = &c->model->layers[il];
     pi_expert_split *s = c->xsplit;
     pi_device *dev = c->device;
@@ -192,13 +205,26 @@ int pi_ffn_moe_split(pi_context *c, int il, pi_act a) {
     s->layer = il;
     s->x = a;
     plan_units(c, s, dev != NULL);
-    if (s->n_dev == 0) dev = NULL; /* the token's experts have no hot run here: the device has no part */
-    int rc = dev ? dev->ops->experts_start(dev, s) : PI_OK;
+    /* the token's experts have no hot run here: the device has no part but a resident merge */
+    pi_device *hot = s->n_dev ? dev : NULL;
+    int rc = hot ? hot->ops->experts_start(hot, s, resident) : PI_OK;
     if (rc) return rc;
     cpu_task task = { c, L };
     if (s->n_cpu) pi_threadpool_run(c->pool, cpu_worker, &task, c->params.n_threads); /* all hot: nothing to wake */
-    if (dev && (rc = dev->ops->experts_end(dev, s))) return rc;
     if (!dev) pi_expert_fold_hot(c, s); /* the CPU computed the hot runs too, and folds them as a device does */
-    merge(c, L, s);
+    if (hot && !resident && (rc = hot->ops->experts_end(hot, s, 0))) return rc;
+    cold_sums(c, s);
+    if (resident && (rc = dev->ops->experts_end(dev, s, 1))) return rc;
+    if (!resident) pi_expert_merge(c, s, c->delta);
+    count_units(c, L, s);
     return PI_OK;
+}
+
+int pi_ffn_moe_split(pi_context *c, int il, pi_act a) { return split_token(c, il, a, 0); }
+
+int pi_ffn_moe_split_resident(pi_context *c, int il) {
+    const int d = c->model->info.n_embd;
+    pi_device *dev = c->device;
+    const int rc = dev->ops->split_norm(dev, il, 0, c->xn);
+    return rc ? rc : split_token(c, il, pi_quantize(&c->kern, c->xn, c->xq, 1, d), 1);
 }

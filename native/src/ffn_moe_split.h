@@ -13,7 +13,8 @@
  * folded in run order (the device's part: one vector per expert), the same bits wherever each
  * run was computed. Experts are then added, weighted, in ascending expert order, as the plain
  * path adds them. Without a device (PI_DEVICE_NONE) the CPU computes every run with the same
- * folds: the reference the split is tested against.
+ * folds: the reference the split is tested against. With the stream on the device (its
+ * attention placed there) the device norms the token's input for the CPU and merges there.
  *
  * Only one-token steps take the split (as PI_SPARSE_DECODE does for the neuron split); a batch
  * runs the plain MoE path on the CPU, which reads each routed expert once for all its tokens. */
@@ -51,7 +52,7 @@ typedef struct pi_expert_split {
     float *acc;            /* [k][runs][n_embd] each unit's partial down sum */
     int32_t *rows_done;    /* [k][runs] neurons each unit computed: counts the work actually done */
     float *hot_sum;        /* [k][n_embd] each expert's hot slots folded in run order */
-    float *out;            /* [n_embd] one expert's output */
+    float *out;            /* [k][n_embd] each expert's cold slots in run order, then its output */
 } pi_expert_split;
 
 /* The split of the plan exp_hot ([n_layer][n_expert][runs], copied) with its scratch, in
@@ -71,8 +72,15 @@ void pi_expert_run(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *
 /* hot_sum[j] = expert j's hot slots added in run order (where it has any): what a device hands back */
 void pi_expert_fold_hot(pi_context *c, pi_expert_split *s);
 
+/* y = the sum over the routed experts, ascending, of weight * (out[j], the cold slots, + hot_sum[j]
+ * where it has hot runs): the merge, the host's or a resident device's */
+void pi_expert_merge(pi_context *c, pi_expert_split *s, float *y);
+
 /* delta[0] = the MoE FFN of layer il on a (one token, quantized) through the split: PI_OK, or the
  * device's error status */
 int pi_ffn_moe_split(pi_context *c, int il, pi_act a);
+/* x += FFN(x) for one token with the stream on the device: the device norms it, the CPU routes
+ * and computes the cold runs, the device merges (device.h's experts_end) */
+int pi_ffn_moe_split_resident(pi_context *c, int il);
 
 #endif

@@ -183,6 +183,8 @@ static int ffn_step(pi_context *c, int il, int n) {
     if (c->on_device && c->on_device[il].ffn) return pi_device_ffn(c, il, n);
     /* the split with the stream on the device: it norms and merges there, the CPU takes the cold runs */
     if (c->x_on_device && c->hot_runs && use_sparse(c, il, n)) return pi_ffn_sparse_resident(c, il, n);
+    if (c->x_on_device && c->xsplit && n == 1 && c->model->layers[il].ffn_gate_inp.data)
+        return pi_ffn_moe_split_resident(c, il);
     const int rc = pi_x_to_host(c, n);
     return rc ? rc : pi_ffn_block(c, il, n);
 }

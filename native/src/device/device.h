@@ -35,13 +35,15 @@ typedef struct {
     int (*split_norm)(pi_device *d, int il, int t, float *xn);
     int (*split_start)(pi_device *d, struct ffn_job *job, int resident);
     int (*split_end)(pi_device *d, struct ffn_job *job, int t, float *cold);
-    /* The expert split of one token (ffn_moe_split.h), the stream on the host: experts_start takes
-     * the normed input and the CPU's routing (the split's x, expert, weight) and computes the
-     * dev_units from the device's copy; experts_end waits and leaves each routed expert's hot runs
-     * folded in hot_sum (pi_expert_fold_hot). NULL on a device without expert kernels (CUDA, which
-     * place.c refuses for an MoE model's budget). */
-    int (*experts_start)(pi_device *d, struct pi_expert_split *s);
-    int (*experts_end)(pi_device *d, struct pi_expert_split *s);
+    /* The expert split of one token (ffn_moe_split.h): experts_start takes the CPU's routing (the
+     * split's expert, weight), and the normed input (x) unless resident (split_norm made it there),
+     * and computes the dev_units from the device's copy. experts_end waits; resident, it takes the
+     * CPU's cold sums (out) and merges them with its hot ones into its stream (pi_expert_merge, the
+     * FFN's bias and post-norm, the residual); otherwise it leaves each routed expert's hot runs
+     * folded in hot_sum (pi_expert_fold_hot) for the host's merge. NULL on a device without expert
+     * kernels (CUDA, which place.c refuses for an MoE model's budget). */
+    int (*experts_start)(pi_device *d, struct pi_expert_split *s, int resident);
+    int (*experts_end)(pi_device *d, struct pi_expert_split *s, int resident);
     void (*free)(pi_device *d);
 } pi_device_ops;
 

@@ -164,18 +164,25 @@ static int host_split_end(pi_device *d, ffn_job *job, int t, float *cold) {
     return PI_OK;
 }
 
-static int host_experts_start(pi_device *d, pi_expert_split *s) {
+static int host_experts_start(pi_device *d, pi_expert_split *s, int resident) {
     host_device *dev = (host_device *)d;
-    count(dev->c, 1, 0); /* the normed input and the routing go in together */
+    (void)resident;
+    count(dev->c, 1, 0); /* the routing goes in, with the normed input unless the device made it */
     start_task(dev, hot_experts, s);
     return PI_OK;
 }
 
-static int host_experts_end(pi_device *d, pi_expert_split *s) {
+static int host_experts_end(pi_device *d, pi_expert_split *s, int resident) {
     host_device *dev = (host_device *)d;
-    (void)s;
+    pi_context *c = dev->c;
     wait_task(dev);
-    count(dev->c, 1, 1); /* the routed experts' hot sums come back */
+    if (!resident) {
+        count(c, 1, 1); /* the routed experts' hot sums come back */
+        return PI_OK;
+    }
+    count(c, 1, 0); /* the cold sums go in (with the routing weights); the merge is the device's */
+    pi_expert_merge(c, s, c->delta);
+    pi_ffn_residual(c, s->layer, dev->x, c->delta, 1);
     return PI_OK;
 }
 
