@@ -332,3 +332,23 @@ def test_converter_profiles_the_routing(plain, tmp_path, capsys):
     assert add_profile.main([str(out), "-o", str(tmp_path / "again.gguf"), *FAST]) == 2
     assert add_profile.main([str(out), "-o", str(tmp_path / "again.gguf"), *FAST, "--force"]) == 0
     assert len(GGUFReader(tmp_path / "again.gguf").tensors) == len(reader.tensors)
+
+
+def test_converter_measures_live_shares_of_relu_experts(plain, tmp_path, monkeypatch):
+    """The same file run with ReLU-gated experts (the activation overridden at load): each run's
+    read share is its expert's routing share times a live share, about half on random weights."""
+    from pypowerinfer.tokenizer import Tokenizer
+
+    def relu_model(path):
+        model = NativeModel(path, ffn_act="relu_glu")
+        return model, Tokenizer(model.metadata())
+    monkeypatch.setattr(add_profile, "_load_native", relu_model)
+    out = tmp_path / "relu.powerinfer.gguf"
+    assert add_profile.main([str(plain), "-o", str(out), *FAST]) == 0
+    names = {t.name: np.asarray(t.data) for t in GGUFReader(out).tensors}
+    for il in range(3):
+        freq, runs = names[f"blk.{il}.ffn_exp_freq"], names[f"blk.{il}.ffn_exp_run_freq"].reshape(8, RUNS)
+        routed = freq > 0
+        live = runs[routed] / freq[routed, None]
+        assert (runs <= freq[:, None] + 1e-7).all() and 0.3 < live.mean() < 0.7
+    assert "live share" in GGUFReader(out).fields["powerinfer.sparse_decision"].contents()

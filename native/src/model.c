@@ -142,9 +142,10 @@ static int read_moe(pi_model *m) {
     if (n_ff_exp == 0 || n_ff_exp > (1u << 20))
         return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_feed_forward_length %u is outside 1..%u", m->arch, n_ff_exp,
                             1u << 20);
-    m->n_expert = (int32_t)n_expert;
-    m->n_expert_used = (int32_t)n_used;
-    m->n_ff_exp = (int32_t)n_ff_exp;
+    /* pi_model's copies are what the runtime reads; info's what pi_model_get_info reports */
+    m->info.n_expert = m->n_expert = (int32_t)n_expert;
+    m->info.n_expert_used = m->n_expert_used = (int32_t)n_used;
+    m->info.n_ff_exp = m->n_ff_exp = (int32_t)n_ff_exp;
     return PI_OK;
 }
 
@@ -743,9 +744,6 @@ PI_API int pi_model_get_info(const pi_model *m, pi_model_info *out) {
     if (!m || !out) return pi_set_error(PI_ERR_ARG, "pi_model_get_info: NULL argument");
     if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it has no weights");
     *out = m->info;
-    out->n_expert = m->n_expert;
-    out->n_expert_used = m->n_expert_used;
-    out->n_ff_exp = m->n_ff_exp;
     return PI_OK;
 }
 
