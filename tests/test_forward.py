@@ -94,8 +94,11 @@ def test_synthetic_model_matches_numpy_reference(weight_type, tmp_path):
         ours = teacher_forced(llm, tokens)
     stats = compare_logits(ref, ours)
     float_weights = weight_type in ("F32", "F16", "BF16")
-    # block formats are dotted with 8-bit activations (as llama.cpp does); float formats are exact
-    assert stats["kl_mean"] < (1e-4 if float_weights else 5e-3), stats
+    # block formats are dotted with 8-bit activations (as llama.cpp does); float formats with the
+    # activation rounded to the weight's type (as llama.cpp does): exact for F32 and F16, and bf16's
+    # 8-bit mantissa moves the logits as much as llama.cpp's own (1.08e-4 off this reference)
+    bound = 5e-3 if not float_weights else 2e-4 if weight_type == "BF16" else 1e-4
+    assert stats["kl_mean"] < bound, stats
     assert stats["top1"] >= (1.0 if float_weights else 0.9), stats
 
 

@@ -64,16 +64,49 @@ def encode(data: np.ndarray, qtype: str) -> np.ndarray:
     return np.ascontiguousarray(quantize(data, QT[qtype])).view(np.uint8)
 
 
-def q8x_dequantized(x: np.ndarray) -> np.ndarray:
-    """The activation as the kernels see it: q8x blocks (d = amax/127, q = rint(x * (1/d)))
-    decoded back to float64. Every step is float32, as in the C code."""
+def q8x_blocks(x: np.ndarray):
+    """The activation's q8x blocks as the kernels make them, the way ggml makes Q8_0 / Q8_1
+    blocks: d = amax/127 and q = rint(x * (127/amax)) in float32, then d and s = d * sum(q)
+    rounded to f16. Returns q, d and s (float64), per row and block."""
     nt, n = x.shape
     blocks = x.reshape(nt, n // 32, 32).astype(np.float32)
-    d = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(127)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    d = amax / np.float32(127)
     with np.errstate(divide="ignore"):
-        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        inv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
     q = np.clip(np.rint(blocks * inv), -127, 127)
-    return (q.astype(np.float64) * d.astype(np.float64)).reshape(nt, n)
+    s = (d[..., 0] * q.sum(axis=-1).astype(np.float32)).astype(np.float16)
+    return q.astype(np.float64), d.astype(np.float16).astype(np.float64), s.astype(np.float64)
+
+
+def q8x_dequantized(x: np.ndarray) -> np.ndarray:
+    """The activation as the kernels see it: q8x blocks decoded back to float64."""
+    q, d, _ = q8x_blocks(x)
+    return (q * d).reshape(x.shape)
+
+
+def q8x_offset_term(w: np.ndarray, x: np.ndarray, qtype: str) -> np.ndarray:
+    """What a "+ m" format (Q4_1, Q5_1) adds beyond q8x_dequantized(x) @ w.T: m times the block's
+    f16 s, not times d * sum(q); 0 for the other formats."""
+    if qtype not in ("Q4_1", "Q5_1"):
+        return 0.0
+    q, d, s = q8x_blocks(x)
+    n_blocks = q.shape[1]
+    m = w.reshape(w.shape[0], n_blocks, -1)[:, :, 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
+    return (s - d[..., 0] * q.sum(axis=-1)) @ m.T
+
+
+def act_as_weight_type(x: np.ndarray, qtype: str) -> np.ndarray:
+    """x as llama.cpp dots it with float weights: rounded to the weight's own type (f16 for F16,
+    bf16 to nearest even for BF16), in float64."""
+    x = np.asarray(x, np.float32)
+    if qtype == "F16":
+        return x.astype(np.float16).astype(np.float64)
+    if qtype == "BF16":
+        u = x.view(np.uint32).astype(np.uint64)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+        return u.view(np.float32).astype(np.float64)
+    return x.astype(np.float64)
 
 
 def kernel_matmul(qtype: str, impl: str, w: np.ndarray, rows: int, n: int, x: np.ndarray) -> np.ndarray:
@@ -107,7 +140,7 @@ def block_matmul_cases(rng: np.random.Generator, qtype: str, n: int, rows_list, 
         for nt in nts:
             x = random_activations(rng, nt, n)
             xq = q8x_dequantized(x)
-            yield rows, nt, w, x, xq @ wd.T, np.abs(xq) @ np.abs(wd).T
+            yield rows, nt, w, x, xq @ wd.T + q8x_offset_term(w, x, qtype), np.abs(xq) @ np.abs(wd).T
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -131,7 +164,7 @@ def test_float_matmul(qtype, n, impl):
         for nt in NTS:
             x = random_activations(rng, nt, n)
             y = kernel_matmul(qtype, impl, w, rows, n, x)
-            xd = x.astype(np.float64)
+            xd = act_as_weight_type(x, qtype)
             assert_dot_close(y, xd @ wd.T, np.abs(xd) @ np.abs(wd).T, RTOL, f"{qtype} rows={rows} nt={nt}")
 
 

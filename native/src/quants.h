@@ -182,9 +182,31 @@ static inline pi_fp16 pi_f32_to_fp16(float f) {
     return (pi_fp16)(sign | (abs >> 13));
 }
 
+/* An activation block's scales as llama.cpp keeps them in its Q8_0 / Q8_1 blocks: d (the quants
+ * were made with 1 / d unrounded) and s = d * sum, each rounded to f16. Keeping them in f32 moved
+ * every logit off llama.cpp's by more than llama.cpp's own batched / one-token floor. */
+static inline void pi_act_block_scales(block_q8x *y, float d, int32_t sum) {
+    y->d = pi_fp16_to_f32(pi_f32_to_fp16(d));
+    y->s = pi_fp16_to_f32(pi_f32_to_fp16(d * (float)sum));
+    y->sum = sum;
+}
+
 static inline float pi_bf16_to_f32(pi_bf16 h) {
     union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
     return v.f;
+}
+
+/* f to bf16, rounded to nearest even as ggml's GGML_FP32_TO_BF16 (NaN kept a quiet NaN) */
+static inline pi_bf16 pi_f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = { f };
+    if ((v.u & 0x7fffffff) > 0x7f800000) return (pi_bf16)((v.u >> 16) | 64);
+    return (pi_bf16)((v.u + (0x7fff + ((v.u >> 16) & 1))) >> 16);
+}
+
+/* An activation value as llama.cpp dots it with a float weight of `type`: a float weight's
+ * vec_dot_type is the weight's own type, so x is rounded to f16 for F16 weights, to bf16 for BF16. */
+static inline float pi_act_as_weight_type(int type, float x) {
+    return type == PI_TYPE_F16 ? pi_fp16_to_f32(pi_f32_to_fp16(x)) : type == PI_TYPE_BF16 ? pi_bf16_to_f32(pi_f32_to_bf16(x)) : x;
 }
 
 /* Weights in groups of PI_GROUP_ROWS rows, block by block (kernels/groups.c has the layout): the

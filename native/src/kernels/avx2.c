@@ -26,8 +26,8 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
         }
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        const float d = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))) / 127.0f;
-        const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        const float amax_s = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m))), d = amax_s / 127.0f;
+        const __m256 id = _mm256_set1_ps(amax_s != 0.0f ? 127.0f / amax_s : 0.0f);
         __m256i q[4];
         for (int k = 0; k < 4; k++) q[k] = round_scaled(v[k], id);
         /* The packs interleave 128-bit lanes; the permute puts the 8 dword groups back in order. */
@@ -37,9 +37,7 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
         __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
         s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-        y->d = d;
-        y->sum = _mm_cvtsi128_si32(s);
-        y->s = d * (float)y->sum;
+        pi_act_block_scales(y, d, _mm_cvtsi128_si32(s));
     }
 }
 

@@ -24,13 +24,11 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
         const __m512 lane_max = _mm512_max_ps(_mm512_and_ps(hi, abs_mask),
                                               _mm512_max_ps(_mm512_and_ps(lo, abs_mask), _mm512_setzero_ps()));
         const float amax = _mm512_reduce_max_ps(lane_max);
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         const __m512i qlo = round_scaled(lo, _mm512_set1_ps(id)), qhi = round_scaled(hi, _mm512_set1_ps(id));
         _mm_storeu_si128((__m128i *)y->qs, _mm512_cvtepi32_epi8(qlo));
         _mm_storeu_si128((__m128i *)(y->qs + 16), _mm512_cvtepi32_epi8(qhi));
-        y->d = d;
-        y->sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
-        y->s = d * (float)y->sum;
+        pi_act_block_scales(y, d, _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi)));
     }
 }
 

@@ -40,7 +40,7 @@ INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, cons
     for (int i = 0; i < n8; i += 8) {
         __m256 xv[MAX_TILE_TOKENS];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(xs[t] + i);
+        for (int t = 0; t < T; t++) xv[t] = act_as_weight_type8(type, _mm256_loadu_ps(xs[t] + i));
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             _mm_prefetch((const char *)(ahead[r] + (size_t)i * float_bytes(type)), _MM_HINT_T1);

@@ -29,7 +29,7 @@ INLINE void float_step(int type, int R, int T, const uint8_t *const *rows, const
                        const float *const *xs, int i, __mmask16 keep, __m512 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS]) {
     __m512 x[MAX_TILE_TOKENS];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) x[t] = _mm512_maskz_loadu_ps(keep, xs[t] + i);
+    for (int t = 0; t < T; t++) x[t] = act_as_weight_type16(type, _mm512_maskz_loadu_ps(keep, xs[t] + i));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         _mm_prefetch((const char *)(ahead[r] + (size_t)i * float_bytes(type)), _MM_HINT_T1);

@@ -8,14 +8,14 @@
 #include "ref.h"
 #include "table.h"
 
-/* Activation blocks: d = amax / 127, qs = round-to-nearest-even(x * (1 / d)), s = d * sum(qs).
- * Multiplying by 1/d (not dividing by d) and rounding to even is what the SIMD tiers do too,
+/* Activation blocks: d = amax / 127, qs = round-to-nearest-even(x * (127 / amax)) as ggml rounds them, s = d * sum(qs), d and s in f16.
+ * Multiplying by 127 / amax (not dividing by d) and rounding to even is what the SIMD tiers do too,
  * so all tiers produce bit-identical blocks. */
 static void quantize_act(const float *x, block_q8x *y, int n) {
     for (int b = 0; b < n / QK; b++, x += QK, y++) {
         float amax = 0.0f;
         for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < QK; j++) {
             /* The clamp only changes NaN inputs (to -127), which keeps the conversion defined. */
@@ -23,9 +23,7 @@ static void quantize_act(const float *x, block_q8x *y, int n) {
             y->qs[j] = (int8_t)nearbyintf(v);
             sum += y->qs[j];
         }
-        y->d = d;
-        y->s = d * (float)sum;
-        y->sum = sum;
+        pi_act_block_scales(y, d, sum);
     }
 }
 
@@ -109,7 +107,7 @@ static float load_float(int type, const void *row, int i) {
 
 float pi_ref_dot_floats(int type, const void *row, const float *x, int i0, int n) {
     float sum = 0.0f;
-    for (int i = i0; i < n; i++) sum += load_float(type, row, i) * x[i];
+    for (int i = i0; i < n; i++) sum += load_float(type, row, i) * pi_act_as_weight_type(type, x[i]);
     return sum;
 }
 

@@ -56,6 +56,17 @@ enum { Q8_0_OFFSET = 0 };
 
 INLINE int weight_offset(int type) { return type == PI_TYPE_Q8_0 ? Q8_0_OFFSET : stored_offset(type); }
 
+/* 8 activation values as pi_act_as_weight_type rounds them for a float weight of `type` */
+INLINE __m256 act_as_weight_type8(int type, __m256 x) {
+    if (type == PI_TYPE_F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (type != PI_TYPE_BF16) return x;
+    const __m256i u = _mm256_castps_si256(x), top = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), top);
+    const __m256i nan = _mm256_or_si256(_mm256_and_si256(u, top), _mm256_set1_epi32(0x400000));
+    return _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(nan), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
 /* 8 weights from i on, as floats. */
 INLINE __m256 load_float8(int type, const void *row, int i) {
     switch (type) {
@@ -266,6 +277,17 @@ INLINE void block_q(int type, const uint8_t *block, __m256 q[4]) {
 
 #if defined(__AVX512F__)
 /* ---- the AVX-512 tier's zmm decoding ---- */
+
+/* 16 activation values as pi_act_as_weight_type rounds them for a float weight of `type` */
+INLINE __m512 act_as_weight_type16(int type, __m512 x) {
+    if (type == PI_TYPE_F16) return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (type != PI_TYPE_BF16) return x;
+    const __m512i u = _mm512_castps_si512(x), top = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), top);
+    const __m512i nan = _mm512_or_si512(_mm512_and_si512(u, top), _mm512_set1_epi32(0x400000));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_castsi512_ps(rounded), _mm512_castsi512_ps(nan));
+}
 
 /* 16 weights from i on, as floats; lanes outside `keep` read nothing and are 0. */
 INLINE __m512 load_float16(int type, const void *row, int i, __mmask16 keep) {
