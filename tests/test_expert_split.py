@@ -24,6 +24,8 @@ CASES = {
     "q4_0-top2": dict(weight_type="Q4_0", n_embd=256, n_expert=6, n_expert_used=2, n_ff_exp=352, output_type="Q8_0"),
     # row-major experts (repack off): 128 and 32
     "q8_0-top3-rows": dict(weight_type="Q8_0", n_embd=128, n_expert=5, n_expert_used=3, n_ff_exp=160, repack=False),
+    # float weights: a run's columns of down are plain element ranges
+    "f16-top2": dict(weight_type="F16", n_embd=128, n_expert=4, n_expert_used=2, n_ff_exp=192),
 }
 PROMPT = 8     # a batch, which takes the plain MoE path
 DECODED = 64   # then one token at a time, which takes the split
@@ -146,9 +148,10 @@ def test_the_split_does_not_depend_on_the_thread_count(models, threads):
 @pytest.mark.parametrize("name", CASES)
 def test_the_split_changes_only_the_order_of_the_sum(models, name):
     """Against the plain MoE path (no budget): each expert's down sum regrouped by runs, float
-    rounding, nothing more (row-major kernels add the blocks in order: the same bits). That
-    rounding flips an 8-bit activation step now and then, which moves a few positions a little;
-    the typical one not at all. The prompt's batch is the plain path in both."""
+    rounding, nothing more (row-major kernels add the blocks in order: the same bits). With
+    8-bit activations that rounding flips a step now and then, which moves a few positions a
+    little, the typical one not at all; float weights move every position in its last bits. The
+    prompt's batch is the plain path in both."""
     from reference import compare_logits
 
     model = models[name]
@@ -156,7 +159,8 @@ def test_the_split_changes_only_the_order_of_the_sum(models, name):
     split, split_stats, _ = decode(model, device=DEVICE_HOST, budget=budgets(model)["some"])
     np.testing.assert_array_equal(split[:PROMPT], plain[:PROMPT])
     got = compare_logits(plain, split)
-    assert got["top1"] >= 0.97 and got["kl_median"] <= 1e-10 and got["kl_max"] <= 1e-2, got
+    median = 1e-6 if CASES[name]["weight_type"] == "F16" else 1e-10  # measured: 2e-8; 1e-13
+    assert got["top1"] >= 0.97 and got["kl_median"] <= median and got["kl_max"] <= 1e-2, got
     assert split_stats["ffn_rows_done"] == plain_stats["ffn_rows_done"]
 
 
