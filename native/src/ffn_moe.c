@@ -7,8 +7,7 @@
 #include "ops.h"
 #include "token_bytes.h"
 
-/* expert e of an MoE tensor as a matrix of its own: a view, no copy */
-static pi_weight expert(const pi_weight *w, int e) {
+pi_weight pi_expert_weight(const pi_weight *w, int e) {
     pi_weight one = *w;
     one.n_expert = 1;
     one.data = w->data + (size_t)e * (size_t)w->n_out * w->row_bytes;
@@ -28,9 +27,7 @@ static void softmax(float *p, int n) {
     for (int i = 0; i < n; i++) p[i] *= scale;
 }
 
-/* Each token's k experts (largest probability first) and their weights, then the (token, expert)
- * pairs grouped by expert: expert e's pairs are [moe_first[e], moe_first[e + 1]), in token order. */
-static void route(pi_context *c, const pi_layer *L, int n, pi_act a) {
+void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const int E = c->model->n_expert, k = c->model->n_expert_used;
     /* the router's few rows on this thread: waking the pool would cost more than they do */
     const pi_weight *r = &L->ffn_gate_inp;
@@ -83,13 +80,13 @@ static pi_act gather(pi_context *c, pi_act a, const int32_t *tokens, int m) {
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const pi_model *m = c->model;
     const int d = m->info.n_embd, n_ff = m->n_ff_exp;
-    route(c, L, n, a);
+    pi_moe_route(c, L, n, a);
     memset(c->delta, 0, (size_t)n * d * sizeof(float));
     for (int e = 0; e < m->n_expert; e++) {
         const int32_t p0 = c->moe_first[e], count = c->moe_first[e + 1] - p0;
         if (count == 0) continue; /* not routed to: not read */
-        const pi_weight gate = expert(&L->ffn_gate_exps, e), up = expert(&L->ffn_up_exps, e),
-                        down = expert(&L->ffn_down_exps, e);
+        const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
+                        down = pi_expert_weight(&L->ffn_down_exps, e);
         const pi_mm_target gate_up[2] = { { &gate, c->gate }, { &up, c->up } }, out = { &down, c->moe_out };
         pi_matmul(c, gather(c, a, c->moe_tok + p0, count), count, gate_up, 2);
         pi_activate(c, c->gate, c->up, (size_t)count * n_ff);

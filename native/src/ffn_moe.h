@@ -8,6 +8,13 @@
  * router's softmax, its top n_expert_used experts with their probabilities renormalised to sum
  * 1, and the weighted sum of those experts' outputs. Each expert runs once per step over all the
  * tokens routed to it, so its weights are read once; only routed experts are read. */
+/* Each of n tokens' k experts (largest probability first, c->moe_sel) and their weights, then the
+ * (token, expert) pairs grouped by expert: expert e's pairs are [moe_first[e], moe_first[e + 1])
+ * of moe_tok, in token order. The router runs on the calling thread (on the 8-bit form of a for a quantized router). */
+void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a);
+/* expert e of an MoE tensor as a matrix of its own: a view, no copy */
+pi_weight pi_expert_weight(const pi_weight *w, int e);
+
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a);
 
 #endif
