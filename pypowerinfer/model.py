@@ -462,9 +462,10 @@ class NativeContext:
         return out
 
     def stats(self) -> dict[str, int]:
-        """Tokens evaluated and FFN neurons computed since the last reset."""
+        """Tokens evaluated and FFN neurons computed since the last reset, and those of the split's hot runs."""
         out = self._stats()
-        return {"tokens": out.tokens, "ffn_rows_dense": out.ffn_rows_dense, "ffn_rows_done": out.ffn_rows_done}
+        return {"tokens": out.tokens, "ffn_rows_dense": out.ffn_rows_dense, "ffn_rows_done": out.ffn_rows_done,
+                "ffn_rows_hot": out.ffn_rows_hot}
 
     def sparse_stats(self) -> dict[str, float]:
         """Per generated token (the one-token steps since the last reset; prompts do not count):

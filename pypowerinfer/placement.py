@@ -69,7 +69,15 @@ def open_context(model: NativeModel, options: dict, *, n_gpu_layers: int, vram_b
     """Llama's context for its options (NativeContext's keywords, less the device ones) and its
     device arguments, and the placement when vram_budget places neurons (its table logged, _logger.py)."""
     split, placement = _split(model, vram_budget, hybrid_device)
-    return _offload(model, {**options, **split}, n_gpu_layers, hybrid_device), placement
+    try:
+        return _offload(model, {**options, **split}, n_gpu_layers, hybrid_device), placement
+    except UnsupportedError as e:
+        if hybrid_device != "auto" or not split:
+            raise
+        # "auto" chose CUDA, which cannot take this model's split (an MoE model's experts): as
+        # without a device, the CPU runs it all
+        warnings.warn(f"vram_budget: {e}; every FFN runs on the CPU", stacklevel=3)
+        return _offload(model, options, n_gpu_layers, hybrid_device), None
 
 
 def _split(model: NativeModel, vram_budget, hybrid_device: str) -> Tuple[dict, Optional[Placement]]:

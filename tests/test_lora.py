@@ -58,9 +58,9 @@ def test_logits_match_llama_cpp_with_the_same_adapter(tmp_path, llama_cpp, case)
 
 
 def test_quantized_factors_differ_from_llama_cpp_as_its_quantized_weights_do(tmp_path, llama_cpp):
-    """Q8_0 factors are dotted with 8-bit activations, whose block scale llama.cpp rounds to f16
-    and these kernels keep in f32: the same disagreement as any Q8_0 weight's, so the bound is
-    the Q8_0 base model's own KL against llama.cpp, on an F32 base that adds none of its own."""
+    """Q8_0 factors are dotted with 8-bit activations as any Q8_0 weight is, their sums taken in
+    another order than llama.cpp's: the bound is the Q8_0 base model's own KL against llama.cpp,
+    on an F32 base that adds none of its own."""
     base = write_llama_gguf(tmp_path / "base.gguf", weight_type="F32", output_type="F32", seed=1)
     q8_base = write_llama_gguf(tmp_path / "q8.gguf", weight_type="Q8_0", output_type="Q8_0", seed=1)
     adapter = write_lora_gguf(tmp_path / "adapter.gguf", base, type_name="Q8_0", rank=32, alpha=64.0)

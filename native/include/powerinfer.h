@@ -225,6 +225,7 @@ typedef struct {
     int64_t ffn_rows_done;   /* FFN neurons actually computed */
     int64_t device_copies;   /* transfers between the host and the device (the stream, a normed input, a sum) */
     int64_t device_syncs;    /* times the host waited for the device */
+    int64_t ffn_rows_hot;    /* of ffn_rows_done, the neurons of the split's hot runs: the device's part (the CPU's without one) */
     /* The one-token steps among them (generation; prompts excluded), and the weight bytes they
      * read: embedding rows, attention, output, predictors and the FFN rows computed (a down row
      * only where its activation is not zero: the kernels skip those). Norms, biases and the KV

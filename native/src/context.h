@@ -91,6 +91,9 @@ struct pi_context {
      * neurons (placement.h), computed by the device, or by the CPU without one */
     int32_t *hot_runs;          /* [n_layer], or NULL without a budget */
     int32_t *layout;            /* [n_layer][n_ff] the neuron at each position (ffn_sparse.h), or NULL */
+    /* an MoE model's split: which runs of each expert are hot, and one token's scratch
+     * (ffn_moe_split.h); NULL without a budget */
+    struct pi_expert_split *xsplit;
 
     /* The device (device/device.h) and the steps it takes; the others run on the CPU. The residual
      * stream's current copy is the device's while x_on_device (device/router.h moves it). */

@@ -8,8 +8,7 @@
 #include "ops.h"
 #include "token_bytes.h"
 
-/* expert e of an MoE tensor as a matrix of its own: a view, no copy */
-static pi_weight expert(const pi_weight *w, int e) {
+pi_weight pi_expert_weight(const pi_weight *w, int e) {
     pi_weight one = *w;
     one.n_expert = 1;
     one.data = w->data + (size_t)e * (size_t)w->n_out * w->row_bytes;
@@ -44,11 +43,9 @@ static void sigmoid(float *p, int n) {
     for (int i = 0; i < n; i++) p[i] = 1.0f / (1.0f + expf(-p[i]));
 }
 
-/* Each token's k experts (largest probability first) and their weights, from the logits in
- * moe_probs, then the (token, expert) pairs grouped by expert: expert e's pairs are
- * [moe_first[e], moe_first[e + 1]), in token order. */
-static void route(pi_context *c, int n) {
+void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const pi_model *m = c->model;
+    if (!m->router_on_input) pi_moe_logits(c, L, n, a);
     const int E = m->n_expert, k = m->n_expert_used;
     int32_t *first = c->moe_first;
     memset(first, 0, (size_t)(E + 1) * sizeof *first);
@@ -98,8 +95,8 @@ static pi_act gather(pi_context *c, pi_act a, const int32_t *tokens, int m) {
 /* moe_out[0..count) = expert e of layer L on its count tokens x, every neuron */
 static void expert_dense(pi_context *c, const pi_layer *L, int e, pi_act x, int count) {
     const int n_ff = c->model->n_ff_exp;
-    const pi_weight gate = expert(&L->ffn_gate_exps, e), up = expert(&L->ffn_up_exps, e),
-                    down = expert(&L->ffn_down_exps, e);
+    const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
+                    down = pi_expert_weight(&L->ffn_down_exps, e);
     const pi_mm_target gate_up[2] = { { &gate, c->gate }, { &up, c->up } }, out = { &down, c->moe_out };
     pi_matmul(c, x, count, gate_up, 2);
     pi_activate(c, c->gate, c->up, (size_t)count * n_ff);
@@ -152,8 +149,8 @@ static int64_t down_live_blocks(pi_context *c, const pi_weight *down, pi_act h, 
  * tokens' live neurons interleave: expert_dense reads every row for them.) */
 static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
     const int n_ff = c->model->n_ff_exp;
-    const pi_weight gate = expert(&L->ffn_gate_exps, e), up = expert(&L->ffn_up_exps, e),
-                    down = expert(&L->ffn_down_exps, e);
+    const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
+                    down = pi_expert_weight(&L->ffn_down_exps, e);
     const pi_mm_target g = { &gate, c->gate };
     pi_matmul(c, x, 1, &g, 1);
     const int n_live = live_neurons(c);
@@ -169,8 +166,7 @@ static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const pi_model *m = c->model;
     const int d = m->info.n_embd;
-    if (!m->router_on_input) pi_moe_logits(c, L, n, a);
-    route(c, n);
+    pi_moe_route(c, L, n, a);
     memset(c->delta, 0, (size_t)n * d * sizeof(float));
     for (int e = 0; e < m->n_expert; e++) {
         const int32_t p0 = c->moe_first[e], count = c->moe_first[e + 1] - p0;

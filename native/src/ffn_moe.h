@@ -5,15 +5,23 @@
 #include "context.h"
 
 /* c->moe_probs[0..n) = layer L's router logits of a (quantized where the router is): the FFN's
- * normed input (qwen3moe, inside pi_ffn_moe), or the layer's input before attention
+ * normed input (qwen3moe, inside pi_moe_route), or the layer's input before attention
  * (smallthinker, model.router_on_input), kept there for the FFN step of the same layer. */
 void pi_moe_logits(pi_context *c, const pi_layer *L, int n, pi_act a);
 
+/* Each of n tokens' k experts (largest probability first, c->moe_sel) and their weights, then the
+ * (token, expert) pairs grouped by expert: expert e's pairs are [moe_first[e], moe_first[e + 1])
+ * of moe_tok, in token order. The router runs on the calling thread (on the 8-bit form of a for a
+ * quantized router), unless the model routes from the layer's input (the logits are there). */
+void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a);
+/* expert e of an MoE tensor as a matrix of its own: a view, no copy */
+pi_weight pi_expert_weight(const pi_weight *w, int e);
+
 /* delta[0..n) = the MoE FFN of layer L on a, the FFN's normed input (quantized): per token the
  * router's softmax (or sigmoid), its top n_expert_used experts with their probabilities
- * renormalised to sum 1, and the weighted sum of those experts'
- * outputs. Each expert runs once per step over all the tokens routed to it, so its weights are
- * read once; only routed experts are read, and of a ReGLU expert only its live neurons' rows. */
+ * renormalised to sum 1, and the weighted sum of those experts' outputs. Each expert runs once
+ * per step over all the tokens routed to it, so its weights are read once; only routed experts
+ * are read, and of a ReGLU expert only its live neurons' rows. */
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a);
 
 #endif

@@ -290,6 +290,7 @@ static void cpu_runs(pi_context *c, ffn_job *job, float *cold) {
 void pi_ffn_merge_hot(pi_context *c, const ffn_job *job, float *y) {
     if (job->hot_runs <= 0 || !c->run_rows[0]) return;
     c->vec.axpy(1.0f, c->run_acc, y, c->model->info.n_embd);
+    c->stats.ffn_rows_hot += c->run_rows[0];
     count_run(c, 0);
 }
 

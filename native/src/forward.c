@@ -7,6 +7,7 @@
 
 #include "device/router.h"
 #include "ffn_moe.h"
+#include "ffn_moe_split.h"
 #include "ffn_sparse.h"
 #include "forward.h"
 #include "lora.h"
@@ -61,7 +62,8 @@ static int use_sparse(const pi_context *c, int il, int n) {
 /* ---- a layer's two blocks ---- */
 
 /* x += down(act(gate(xn), up(xn))) with xn the FFN's normed input, over the predicted neurons
- * when sparse (context.h), or over the routed experts of an MoE layer (ffn_moe.h) */
+ * when sparse (context.h), or over the routed experts of an MoE layer (ffn_moe.h; one token with
+ * a budget: the expert split, ffn_moe_split.h) */
 int pi_ffn_block(pi_context *c, int il, int n) {
     const pi_layer *L = &c->model->layers[il];
     const int d = c->model->info.n_embd;
@@ -73,6 +75,9 @@ int pi_ffn_block(pi_context *c, int il, int n) {
             const int rc = pi_ffn_sparse(c, il, t, pi_act_from(a, t));
             if (rc) return rc;
         }
+    } else if (L->ffn_gate_inp.data && n == 1 && c->xsplit) { /* a batch reads each expert once instead */
+        const int rc = pi_ffn_moe_split(c, il, a);
+        if (rc) return rc;
     } else if (L->ffn_gate_inp.data) {
         pi_ffn_moe(c, L, n, a);
         if (c->capture_experts) /* the routing the MoE FFN left in moe_sel */
@@ -182,6 +187,8 @@ static int ffn_step(pi_context *c, int il, int n) {
     if (c->on_device && c->on_device[il].ffn) return pi_device_ffn(c, il, n);
     /* the split with the stream on the device: it norms and merges there, the CPU takes the cold runs */
     if (c->x_on_device && c->hot_runs && use_sparse(c, il, n)) return pi_ffn_sparse_resident(c, il, n);
+    if (c->x_on_device && c->xsplit && n == 1 && c->model->layers[il].ffn_gate_inp.data)
+        return pi_ffn_moe_split_resident(c, il);
     const int rc = pi_x_to_host(c, n);
     return rc ? rc : pi_ffn_block(c, il, n);
 }

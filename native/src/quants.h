@@ -146,7 +146,7 @@ typedef struct { const char *name; int block_size; int type_size; } pi_type_info
 const pi_type_info *pi_type_get(uint32_t type); /* NULL for ids we do not support */
 const char *pi_type_name(uint32_t type);         /* "type 13" style text for unknown ids */
 
-static inline float pi_fp16_to_f32(pi_fp16 h) {
+static inline PI_HOST_DEVICE float pi_fp16_to_f32(pi_fp16 h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
     if (exp == 0) {
         if (mant == 0) {
@@ -166,7 +166,7 @@ static inline float pi_fp16_to_f32(pi_fp16 h) {
 }
 
 /* Round to nearest even, as F16C's vcvtps2ph does; overflow goes to inf, NaN stays NaN. */
-static inline pi_fp16 pi_f32_to_fp16(float f) {
+static inline PI_HOST_DEVICE pi_fp16 pi_f32_to_fp16(float f) {
     union { float f; uint32_t u; } v = { f };
     uint32_t x = v.u, sign = (x >> 16) & 0x8000, abs = x & 0x7fffffff;
     if (abs >= 0x7f800000) return (pi_fp16)(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
@@ -191,13 +191,13 @@ static inline void pi_act_block_scales(block_q8x *y, float d, int32_t sum) {
     y->sum = sum;
 }
 
-static inline float pi_bf16_to_f32(pi_bf16 h) {
+static inline PI_HOST_DEVICE float pi_bf16_to_f32(pi_bf16 h) {
     union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
     return v.f;
 }
 
 /* f to bf16, rounded to nearest even as ggml's GGML_FP32_TO_BF16 (NaN kept a quiet NaN) */
-static inline pi_bf16 pi_f32_to_bf16(float f) {
+static inline PI_HOST_DEVICE pi_bf16 pi_f32_to_bf16(float f) {
     union { float f; uint32_t u; } v = { f };
     if ((v.u & 0x7fffffff) > 0x7f800000) return (pi_bf16)((v.u >> 16) | 64);
     return (pi_bf16)((v.u + (0x7fff + ((v.u >> 16) & 1))) >> 16);
@@ -205,7 +205,7 @@ static inline pi_bf16 pi_f32_to_bf16(float f) {
 
 /* An activation value as llama.cpp dots it with a float weight of `type`: a float weight's
  * vec_dot_type is the weight's own type, so x is rounded to f16 for F16 weights, to bf16 for BF16. */
-static inline float pi_act_as_weight_type(int type, float x) {
+static inline PI_HOST_DEVICE float pi_act_as_weight_type(int type, float x) {
     return type == PI_TYPE_F16 ? pi_fp16_to_f32(pi_f32_to_fp16(x)) : type == PI_TYPE_BF16 ? pi_bf16_to_f32(pi_f32_to_bf16(x)) : x;
 }
 

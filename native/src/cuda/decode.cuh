@@ -81,7 +81,8 @@ static __device__ void warp_dots(const dev_weight &w, int64_t r, const float *x,
             if (t >= nt) break;
             const float *xu = x + t * stride + 32 * u;
             float s = 0.0f;
-            for (int j = 0; j < count; j++) s += wu[j] * xu[j];
+            // a float weight's x rounded to its type, as the CPU's kernels and llama.cpp's do
+            for (int j = 0; j < count; j++) s += wu[j] * pi_act_as_weight_type((int)w.type, xu[j]);
             acc[t] += s;
         }
     }

@@ -40,6 +40,7 @@ static void collect(cuda_device *dev) {
     if (!dev->ffn) return;
     const int64_t neurons = pi_cuda_ffn_collect(dev->ffn);
     dev->c->stats.ffn_rows_done += neurons;
+    dev->c->stats.ffn_rows_hot += neurons;
     dev->c->step_bytes += neurons * (int64_t)pi_neuron_bytes(&dev->c->model->layers[0]);
 }
 
@@ -130,7 +131,7 @@ static void cuda_free(pi_device *d) {
 
 static const pi_device_ops cuda_ops = {
     "cuda", cuda_x_in, cuda_x_out, cuda_attention, cuda_ffn, cuda_logits,
-    cuda_split_norm, cuda_split_start, cuda_split_end, cuda_free,
+    cuda_split_norm, cuda_split_start, cuda_split_end, NULL, NULL, cuda_free, /* no expert kernels: place.c refuses first */
 };
 
 /* Layer il as the device takes it: its attention, with the FFN's norms and biases (the split's

@@ -11,6 +11,7 @@
 
 typedef struct pi_device pi_device;
 struct ffn_job;
+struct pi_expert_split;
 
 typedef struct {
     const char *name;
@@ -34,6 +35,15 @@ typedef struct {
     int (*split_norm)(pi_device *d, int il, int t, float *xn);
     int (*split_start)(pi_device *d, struct ffn_job *job, int resident);
     int (*split_end)(pi_device *d, struct ffn_job *job, int t, float *cold);
+    /* The expert split of one token (ffn_moe_split.h): experts_start takes the CPU's routing (the
+     * split's expert, weight), and the normed input (x) unless resident (split_norm made it there),
+     * and computes the dev_units from the device's copy. experts_end waits; resident, it takes the
+     * CPU's cold sums (out) and merges them with its hot ones into its stream (pi_expert_merge, the
+     * FFN's bias and post-norm, the residual); otherwise it leaves each routed expert's hot runs
+     * folded in hot_sum (pi_expert_fold_hot) for the host's merge. NULL on a device without expert
+     * kernels (CUDA, which place.c refuses for an MoE model's budget). */
+    int (*experts_start)(pi_device *d, struct pi_expert_split *s, int resident);
+    int (*experts_end)(pi_device *d, struct pi_expert_split *s, int resident);
     void (*free)(pi_device *d);
 } pi_device_ops;
 
@@ -43,7 +53,7 @@ struct pi_device {
 
 /* What a device is given: layers first_whole.. whole, the attention of each layer where
  * attention[il], the output matrix with output, and the hot rows of the context's split
- * (c->hot_runs, c->layout) when it has one. */
+ * (c->hot_runs, c->layout), or the hot expert runs (c->xsplit), when it has one. */
 typedef struct {
     int first_whole;
     const uint8_t *attention; /* [n_layer], or NULL */

@@ -6,21 +6,24 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "device/hot_experts.h"
 #include "device/hot_rows.h"
 #include "forward.h"
 #include "ops.h"
 #include "status.h"
 
-typedef struct {
+typedef struct host_device_ {
     pi_device base;
     pi_context *c;
     float *x;           /* [n_batch][n_embd] the device's copy of the stream */
     pi_hot_copy copy;   /* the split's hot rows; none without a split */
-    pthread_t thread;   /* computes the hot runs of a job, while the CPU threads take the cold ones */
+    pi_hot_experts experts; /* the expert split's hot runs; none without one */
+    pthread_t thread;   /* computes the hot runs of a task, while the CPU threads take the cold ones */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int busy, quit, started;
-    ffn_job *job;
+    void (*work)(struct host_device_ *dev, void *task); /* the task at hand: a neuron job or an expert split */
+    void *task;
 } host_device;
 
 static void count(pi_context *c, int copies, int syncs) {
@@ -76,20 +79,37 @@ static int host_logits(pi_device *d, int n, pi_outputs out) {
 
 /* ---- the split ---- */
 
+/* a neuron job's hot runs */
+static void hot_neurons(host_device *dev, void *task) {
+    ffn_job *job = task;
+    pi_context *c = job->c;
+    const ffn_rows *w = &dev->copy.layers[job->L - c->model->layers];
+    /* the device's own hidden layer slot, computed by this thread alone (the pool is the CPU's) */
+    const pi_act hq = pi_ffn_hidden(job, w, PI_HIDDEN_DEVICE, 1);
+    for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r, 1);
+    pi_ffn_fold_hot(c, job->hot_runs); /* handed back as one vector, as a GPU hands it */
+}
+
+/* the routed experts' hot runs, from the copy, folded per expert */
+static void hot_experts(host_device *dev, void *task) {
+    pi_expert_split *s = task;
+    pi_context *c = dev->c;
+    const size_t layer = (size_t)s->layer * (size_t)c->model->n_expert;
+    for (int i = 0; i < s->n_dev; i++) {
+        const int unit = s->dev_units[i], e = s->expert[unit / s->runs];
+        pi_expert_run(c, s, &dev->experts.runs[(layer + (size_t)e) * (size_t)s->runs + (size_t)(unit % s->runs)], unit);
+    }
+    pi_expert_fold_hot(c, s); /* handed back as one vector per expert */
+}
+
 static void *hot_thread(void *arg) {
     host_device *dev = arg;
     pthread_mutex_lock(&dev->lock);
     for (;;) {
         while (!dev->busy && !dev->quit) pthread_cond_wait(&dev->cond, &dev->lock);
         if (dev->quit) break;
-        ffn_job *job = dev->job;
         pthread_mutex_unlock(&dev->lock);
-        pi_context *c = job->c;
-        const ffn_rows *w = &dev->copy.layers[job->L - c->model->layers];
-        /* the device's own hidden layer slot, computed by this thread alone (the pool is the CPU's) */
-        const pi_act hq = pi_ffn_hidden(job, w, PI_HIDDEN_DEVICE, 1);
-        for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r, 1);
-        pi_ffn_fold_hot(c, job->hot_runs); /* handed back as one vector, as a GPU hands it */
+        dev->work(dev, dev->task);
         pthread_mutex_lock(&dev->lock);
         dev->busy = 0;
         pthread_cond_broadcast(&dev->cond);
@@ -107,24 +127,33 @@ static int host_split_norm(pi_device *d, int il, int t, float *xn) {
     return PI_OK;
 }
 
-static int host_split_start(pi_device *d, ffn_job *job, int resident) {
-    host_device *dev = (host_device *)d;
-    if (!resident) count(dev->c, 1, 0); /* the normed input goes in */
-    if (job->hot_runs <= 0) return PI_OK;
+/* the device thread takes the task; wait_task waits until it is done */
+static void start_task(host_device *dev, void (*work)(host_device *, void *), void *task) {
     pthread_mutex_lock(&dev->lock);
-    dev->job = job;
+    dev->work = work;
+    dev->task = task;
     dev->busy = 1;
     pthread_cond_broadcast(&dev->cond);
     pthread_mutex_unlock(&dev->lock);
+}
+
+static void wait_task(host_device *dev) {
+    pthread_mutex_lock(&dev->lock);
+    while (dev->busy) pthread_cond_wait(&dev->cond, &dev->lock);
+    pthread_mutex_unlock(&dev->lock);
+}
+
+static int host_split_start(pi_device *d, ffn_job *job, int resident) {
+    host_device *dev = (host_device *)d;
+    if (!resident) count(dev->c, 1, 0); /* the normed input goes in */
+    if (job->hot_runs > 0) start_task(dev, hot_neurons, job);
     return PI_OK;
 }
 
 static int host_split_end(pi_device *d, ffn_job *job, int t, float *cold) {
     host_device *dev = (host_device *)d;
     pi_context *c = dev->c;
-    pthread_mutex_lock(&dev->lock);
-    while (dev->busy) pthread_cond_wait(&dev->cond, &dev->lock);
-    pthread_mutex_unlock(&dev->lock);
+    wait_task(dev);
     if (!cold) {
         count(c, 1, 1); /* the hot sum comes back */
         return PI_OK;
@@ -132,6 +161,28 @@ static int host_split_end(pi_device *d, ffn_job *job, int t, float *cold) {
     count(c, 1, 0); /* the cold sum goes in; the merge is the device's */
     pi_ffn_merge_hot(c, job, cold);
     pi_ffn_residual(c, (int)(job->L - c->model->layers), dev->x + (size_t)t * c->model->info.n_embd, cold, 1);
+    return PI_OK;
+}
+
+static int host_experts_start(pi_device *d, pi_expert_split *s, int resident) {
+    host_device *dev = (host_device *)d;
+    (void)resident;
+    count(dev->c, 1, 0); /* the routing goes in, with the normed input unless the device made it */
+    start_task(dev, hot_experts, s);
+    return PI_OK;
+}
+
+static int host_experts_end(pi_device *d, pi_expert_split *s, int resident) {
+    host_device *dev = (host_device *)d;
+    pi_context *c = dev->c;
+    wait_task(dev);
+    if (!resident) {
+        count(c, 1, 1); /* the routed experts' hot sums come back */
+        return PI_OK;
+    }
+    count(c, 1, 0); /* the cold sums go in (with the routing weights); the merge is the device's */
+    pi_expert_merge(c, s, c->delta);
+    pi_ffn_residual(c, s->layer, dev->x, c->delta, 1);
     return PI_OK;
 }
 
@@ -147,13 +198,14 @@ static void host_free(pi_device *d) {
     pthread_mutex_destroy(&dev->lock);
     pthread_cond_destroy(&dev->cond);
     pi_hot_copy_free(&dev->copy);
+    pi_hot_experts_free(&dev->experts);
     free(dev->x);
     free(dev);
 }
 
 static const pi_device_ops host_ops = {
     "host", host_x_in, host_x_out, host_attention, host_ffn, host_logits,
-    host_split_norm, host_split_start, host_split_end, host_free,
+    host_split_norm, host_split_start, host_split_end, host_experts_start, host_experts_end, host_free,
 };
 
 int pi_device_host_new(pi_context *c, const pi_device_share *share, pi_device **out) {
@@ -166,8 +218,8 @@ int pi_device_host_new(pi_context *c, const pi_device_share *share, pi_device **
     pthread_cond_init(&dev->cond, NULL);
     dev->x = malloc((size_t)c->n_batch * c->model->info.n_embd * sizeof(float));
     int rc = dev->x ? PI_OK : pi_set_error(PI_ERR_NOMEM, "no memory for the host device's stream");
-    if (!rc && c->hot_runs) {
-        rc = pi_hot_copy_new(c, &dev->copy);
+    if (!rc && (c->hot_runs || c->xsplit)) {
+        rc = c->hot_runs ? pi_hot_copy_new(c, &dev->copy) : pi_hot_experts_new(c, &dev->experts);
         if (!rc && pthread_create(&dev->thread, NULL, hot_thread, dev) != 0)
             rc = pi_set_error(PI_ERR_NOMEM, "cannot start the host device's thread");
         dev->started = !rc;

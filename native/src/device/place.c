@@ -5,6 +5,7 @@
 
 #include "device/device.h"
 #include "device/place.h"
+#include "ffn_moe_split.h"
 #include "placement.h"
 #include "status.h"
 
@@ -80,26 +81,44 @@ static int lay_out(pi_context *c, const pi_layer_placement *plan, uint8_t *hot) 
     return any;
 }
 
+/* An MoE model's split of its expert runs (ffn_moe_split.h): the plan's exp_hot, and its
+ * scratch; *any: whether a run is hot. */
+static int split_experts(pi_context *c, const uint8_t *exp_hot, int *any) {
+    const pi_model *m = c->model;
+    const size_t n = (size_t)m->info.n_layer * (size_t)m->n_expert * (size_t)pi_model_expert_runs(m);
+    for (size_t i = 0; i < n; i++) *any |= exp_hot[i];
+    return pi_expert_split_new(c, exp_hot);
+}
+
 /* With PI_DEVICE_NONE the layout still applies and the CPU computes every run: the reference
  * the split is tested against. A parallel block's attention (falcon) stays on the CPU: that
- * step holds the FFN, which the split runs (the plan spent no budget on it). */
+ * step holds the FFN, which the split runs (the plan spent no budget on it). A dense layer's
+ * hot neurons come first in its layout; an MoE layer's hot runs are marked in exp_hot. */
 static int split(pi_context *c) {
     const pi_model *m = c->model;
-    const int n_layer = m->info.n_layer, n_ff = m->info.n_ff;
+    const int n_layer = m->info.n_layer, n_ff = m->info.n_ff, moe = m->n_expert > 0;
+    if (moe && c->params.device == PI_DEVICE_CUDA)
+        return pi_set_error(PI_ERR_UNSUPPORTED, "vram_budget on arch '%s' (mixture of experts): the CUDA device has no "
+                            "expert kernels yet; the expert split runs on the host stand-in device or the CPU alone", m->arch);
+    const size_t exp_runs = moe ? (size_t)n_layer * (size_t)m->n_expert * (size_t)pi_model_expert_runs(m) : 0;
     pi_layer_placement *plan = malloc((size_t)n_layer * sizeof *plan);
-    uint8_t *hot = malloc((size_t)n_ff), *attention = calloc((size_t)n_layer, 1);
-    c->hot_runs = calloc((size_t)n_layer, sizeof(int32_t));
-    c->layout = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
-    int rc = !plan || !hot || !attention || !c->hot_runs || !c->layout
+    uint8_t *hot = moe ? calloc(exp_runs, 1) : malloc((size_t)n_ff), *attention = calloc((size_t)n_layer, 1);
+    if (!moe) {
+        c->hot_runs = calloc((size_t)n_layer, sizeof(int32_t));
+        c->layout = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
+    }
+    int rc = !plan || !hot || !attention || (!moe && (!c->hot_runs || !c->layout))
                  ? pi_set_error(PI_ERR_NOMEM, "no memory for the placement") : PI_OK;
     if (!rc) {
         pi_placement_totals totals;
-        pi_plan_placement(m, c->params.vram_budget, plan, &totals, NULL);
-        int any = lay_out(c, plan, hot);
+        pi_plan_placement(m, c->params.vram_budget, plan, &totals, moe ? hot : NULL);
+        int any = 0;
+        if (moe) rc = split_experts(c, hot, &any);
+        else any = lay_out(c, plan, hot);
         pi_device_share share = { n_layer, attention, totals.output_on_device && !c->embd };
         any |= share.output;
         for (int il = 0; il < n_layer; il++) any |= attention[il] = plan[il].fixed_on_device && !m->parallel;
-        if (any && c->params.device != PI_DEVICE_NONE) rc = start_device(c, &share);
+        if (!rc && any && c->params.device != PI_DEVICE_NONE) rc = start_device(c, &share);
     }
     free(plan);
     free(hot);
@@ -111,7 +130,7 @@ int pi_place(pi_context *c) {
     if (c->params.device < PI_DEVICE_NONE || c->params.device > PI_DEVICE_CUDA)
         return pi_set_error(PI_ERR_ARG, "unknown device %d", c->params.device);
     if (c->params.n_gpu_layers != 0) return offload(c);
-    if (c->model->has_predictors && c->params.vram_budget > 0) return split(c);
+    if ((c->model->has_predictors || c->model->n_expert) && c->params.vram_budget > 0) return split(c);
     return PI_OK;
 }
 
@@ -121,6 +140,7 @@ void pi_place_free(pi_context *c) {
     free(c->on_device);
     free(c->hot_runs);
     free(c->layout);
+    pi_expert_split_free(c);
     c->on_device = NULL;
     c->hot_runs = c->layout = NULL;
 }

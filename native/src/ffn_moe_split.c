@@ -1,0 +1,230 @@
+/* ffn_moe_split.c - the hot/cold split of an MoE FFN for one token (ffn_moe_split.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "ffn_moe.h"
+#include "ffn_moe_split.h"
+#include "ops.h"
+#include "placement.h"
+#include "status.h"
+#include "token_bytes.h"
+
+int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
+    const pi_model *m = c->model;
+    /* a run's columns of down must be whole blocks: 32-weight blocks or floats, not K-quants */
+    for (int il = 0; il < m->info.n_layer; il++) {
+        const pi_weight *down = &m->layers[il].ffn_down_exps;
+        if (PI_FFN_RUN % pi_type_block_size(down->type))
+            return pi_set_error(PI_ERR_UNSUPPORTED, "the expert split reads runs of %d columns of %s, which is %s (blocks "
+                                "of %d): vram_budget needs expert down matrices in 32-weight blocks or floats",
+                                PI_FFN_RUN, down->name, pi_type_name(down->type), pi_type_block_size(down->type));
+    }
+    pi_expert_split *s = calloc(1, sizeof *s);
+    if (!s) return pi_set_error(PI_ERR_NOMEM, "no memory for the expert split");
+    c->xsplit = s;
+    const size_t d = (size_t)m->info.n_embd, ff = (size_t)m->n_ff_exp, k = (size_t)m->n_expert_used;
+    s->runs = pi_model_expert_runs(m);
+    s->k = (int32_t)k;
+    const size_t runs = (size_t)s->runs, plan = (size_t)m->info.n_layer * (size_t)m->n_expert * runs;
+    s->hot = malloc(plan);
+    s->expert = malloc(k * sizeof *s->expert);
+    s->weight = malloc(k * sizeof *s->weight);
+    s->has_hot = malloc(k);
+    s->cpu_units = malloc(k * runs * sizeof *s->cpu_units);
+    s->dev_units = malloc(k * runs * sizeof *s->dev_units);
+    s->g = malloc(k * ff * sizeof *s->g);
+    s->u = malloc(k * ff * sizeof *s->u);
+    s->q = malloc((k * ff / QK + 1) * sizeof *s->q);
+    s->acc = malloc(k * runs * d * sizeof *s->acc);
+    s->rows_done = malloc(k * runs * sizeof *s->rows_done);
+    s->hot_sum = malloc(k * d * sizeof *s->hot_sum);
+    s->out = malloc(k * d * sizeof *s->out);
+    if (!s->hot || !s->expert || !s->weight || !s->has_hot || !s->cpu_units || !s->dev_units || !s->g || !s->u ||
+        !s->q || !s->acc || !s->rows_done || !s->hot_sum || !s->out) {
+        pi_expert_split_free(c);
+        return pi_set_error(PI_ERR_NOMEM, "no memory for the expert split");
+    }
+    memcpy(s->hot, exp_hot, plan);
+    return PI_OK;
+}
+
+void pi_expert_split_free(pi_context *c) {
+    pi_expert_split *s = c->xsplit;
+    if (!s) return;
+    free(s->hot); free(s->expert); free(s->weight); free(s->has_hot); free(s->cpu_units); free(s->dev_units);
+    free(s->g); free(s->u); free(s->q); free(s->acc); free(s->rows_done); free(s->hot_sum); free(s->out);
+    free(s);
+    c->xsplit = NULL;
+}
+
+/* the rows of a grouped weight are stored 16 at a time, a block of each after another */
+static size_t layout_rows(const pi_weight *w) { return w->grouped ? PI_GROUP_ROWS : 1; }
+
+pi_expert_run_rows pi_expert_run_rows_of(const pi_model *m, const pi_layer *L, int e, int r) {
+    const int p0 = r * PI_FFN_RUN, n = m->n_ff_exp - p0 < PI_FFN_RUN ? m->n_ff_exp - p0 : PI_FFN_RUN;
+    pi_expert_run_rows w = { pi_expert_weight(&L->ffn_gate_exps, e), pi_expert_weight(&L->ffn_up_exps, e),
+                             pi_expert_weight(&L->ffn_down_exps, e) };
+    /* rows p0.. of gate and up: whole 16-row groups when grouped (128 is 8 of them) */
+    w.gate.data += (size_t)p0 * w.gate.row_bytes;
+    w.up.data += (size_t)p0 * w.up.row_bytes;
+    w.gate.n_out = w.up.n_out = n;
+    /* columns p0.. of down: blocks p0 / bs.. of each row, which grouped lie at 16 times the
+     * offset in each group; the kernels step rows (groups) by row_bytes, kept */
+    const uint32_t t = w.down.type;
+    w.down.data += (size_t)(p0 / pi_type_block_size(t)) * pi_type_block_bytes(t) * layout_rows(&w.down);
+    w.down.n_in = n;
+    return w;
+}
+
+uint64_t pi_expert_run_bytes(const pi_expert_run_rows *w) {
+    const uint32_t t = w->down.type;
+    const uint64_t down = (uint64_t)w->down.n_out * (uint64_t)(w->down.n_in / pi_type_block_size(t)) * pi_type_block_bytes(t);
+    return (uint64_t)w->gate.n_out * (w->gate.row_bytes + w->up.row_bytes) + down;
+}
+
+void pi_expert_run(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *w, int unit) {
+    const pi_kernels *k = &c->kern;
+    const int d = c->model->info.n_embd, nr = (int)w->gate.n_out;
+    const size_t at = (size_t)(unit / s->runs) * (size_t)c->model->n_ff_exp + (size_t)(unit % s->runs) * PI_FFN_RUN;
+    float *g = s->g + at, *u = s->u + at, *acc = s->acc + (size_t)unit * d;
+    pi_weight_matmul(k, &w->gate)(w->gate.data, w->gate.row_bytes, NULL, 0, nr, s->x, 1, g, nr);
+    pi_weight_matmul(k, &w->up)(w->up.data, w->up.row_bytes, NULL, 0, nr, s->x, 1, u, nr);
+    pi_activate(c, g, u, (size_t)nr);
+    const pi_act h = pi_quantize(k, g, (pi_act_store){ s->q + at / QK, NULL }, 1, nr);
+    pi_weight_matmul(k, &w->down)(w->down.data, w->down.row_bytes, NULL, 0, d, h, 1, acc, d);
+    s->rows_done[unit] += nr;
+}
+
+/* whether run r of routed expert j lives on the device */
+static int is_hot(const pi_expert_split *s, const pi_model *m, int j, int r) {
+    return s->hot[((size_t)s->layer * (size_t)m->n_expert + (size_t)s->expert[j]) * (size_t)s->runs + (size_t)r];
+}
+
+void pi_expert_fold_hot(pi_context *c, pi_expert_split *s) {
+    const int d = c->model->info.n_embd;
+    for (int j = 0; j < s->k; j++) {
+        if (!s->has_hot[j]) continue;
+        float *sum = s->hot_sum + (size_t)j * d;
+        int first = 1;
+        for (int r = 0; r < s->runs; r++) {
+            if (!is_hot(s, c->model, j, r)) continue;
+            const float *acc = s->acc + ((size_t)j * s->runs + (size_t)r) * d;
+            if (first) memcpy(sum, acc, (size_t)d * sizeof(float));
+            else c->vec.axpy(1.0f, acc, sum, d);
+            first = 0;
+        }
+    }
+}
+
+/* The token's routed experts in ascending order (pi_moe_route's pairs of its one token), each
+ * run a unit of the device's when it is hot there and a device takes it, else of the CPU's. */
+static void plan_units(pi_context *c, pi_expert_split *s, int with_device) {
+    const pi_model *m = c->model;
+    s->n_cpu = s->n_dev = 0;
+    int j = 0;
+    for (int e = 0; e < m->n_expert; e++) {
+        const int32_t p = c->moe_first[e];
+        if (c->moe_first[e + 1] == p) continue; /* not routed to */
+        s->expert[j] = e;
+        s->weight[j] = c->moe_tok_w[p];
+        s->has_hot[j] = 0;
+        for (int r = 0; r < s->runs; r++) {
+            const int unit = j * s->runs + r, hot = is_hot(s, m, j, r);
+            s->has_hot[j] |= hot;
+            s->rows_done[unit] = 0;
+            if (hot && with_device) s->dev_units[s->n_dev++] = unit;
+            else s->cpu_units[s->n_cpu++] = unit;
+        }
+        j++;
+    }
+    atomic_store_explicit(&s->next, 0, memory_order_relaxed);
+}
+
+typedef struct {
+    pi_context *c;
+    const pi_layer *L;
+} cpu_task;
+
+/* the CPU threads claim units one at a time and read them from the model */
+static void cpu_worker(void *arg, int ith, int nth) {
+    const cpu_task *t = arg;
+    pi_expert_split *s = t->c->xsplit;
+    for (;;) {
+        const int i = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed);
+        if (i >= s->n_cpu) break;
+        const int unit = s->cpu_units[i];
+        const pi_expert_run_rows w = pi_expert_run_rows_of(t->c->model, t->L, s->expert[unit / s->runs], unit % s->runs);
+        pi_expert_run(t->c, s, &w, unit);
+    }
+    (void)ith;
+    (void)nth;
+}
+
+/* each expert's cold slots added in run order into s->out[j] (the device's may be running still) */
+static void cold_sums(pi_context *c, pi_expert_split *s) {
+    const int d = c->model->info.n_embd;
+    for (int j = 0; j < s->k; j++) {
+        float *out = s->out + (size_t)j * d;
+        memset(out, 0, (size_t)d * sizeof(float));
+        for (int r = 0; r < s->runs; r++)
+            if (!is_hot(s, c->model, j, r)) c->vec.axpy(1.0f, s->acc + ((size_t)j * s->runs + (size_t)r) * d, out, d);
+    }
+}
+
+/* the neurons and bytes of every unit, counted once each time it was computed (after the device's wait) */
+static void count_units(pi_context *c, const pi_layer *L, const pi_expert_split *s) {
+    const pi_model *m = c->model;
+    for (int unit = 0; unit < s->k * s->runs; unit++) {
+        const int j = unit / s->runs, r = unit % s->runs;
+        const pi_expert_run_rows w = pi_expert_run_rows_of(m, L, s->expert[j], r);
+        c->stats.ffn_rows_done += s->rows_done[unit];
+        if (is_hot(s, m, j, r)) c->stats.ffn_rows_hot += s->rows_done[unit];
+        c->step_bytes += (int64_t)(s->rows_done[unit] / w.gate.n_out) * (int64_t)pi_expert_run_bytes(&w);
+    }
+    c->step_bytes += (int64_t)pi_weight_bytes(&L->ffn_gate_inp);
+}
+
+void pi_expert_merge(pi_context *c, pi_expert_split *s, float *y) {
+    const int d = c->model->info.n_embd;
+    memset(y, 0, (size_t)d * sizeof(float));
+    for (int j = 0; j < s->k; j++) {
+        float *out = s->out + (size_t)j * d;
+        if (s->has_hot[j]) c->vec.axpy(1.0f, s->hot_sum + (size_t)j * d, out, d);
+        c->vec.axpy(s->weight[j], out, y, d);
+    }
+}
+
+/* One token through layer il's split from a, its normed input (quantized), with the stream on
+ * the device (resident: the device merges) or on the host (delta[0] is the FFN's output). */
+static int split_token(pi_context *c, int il, pi_act a, int resident) {
+    const pi_layer *L = &c->model->layers[il];
+    pi_expert_split *s = c->xsplit;
+    pi_device *dev = c->device;
+    pi_moe_route(c, L, 1, a);
+    s->layer = il;
+    s->x = a;
+    plan_units(c, s, dev != NULL);
+    /* the token's experts have no hot run here: the device has no part but a resident merge */
+    pi_device *hot = s->n_dev ? dev : NULL;
+    int rc = hot ? hot->ops->experts_start(hot, s, resident) : PI_OK;
+    if (rc) return rc;
+    cpu_task task = { c, L };
+    if (s->n_cpu) pi_threadpool_run(c->pool, cpu_worker, &task, c->params.n_threads); /* all hot: nothing to wake */
+    if (!dev) pi_expert_fold_hot(c, s); /* the CPU computed the hot runs too, and folds them as a device does */
+    if (hot && !resident && (rc = hot->ops->experts_end(hot, s, 0))) return rc;
+    cold_sums(c, s);
+    if (resident && (rc = dev->ops->experts_end(dev, s, 1))) return rc;
+    if (!resident) pi_expert_merge(c, s, c->delta);
+    count_units(c, L, s);
+    return PI_OK;
+}
+
+int pi_ffn_moe_split(pi_context *c, int il, pi_act a) { return split_token(c, il, a, 0); }
+
+int pi_ffn_moe_split_resident(pi_context *c, int il) {
+    const int d = c->model->info.n_embd;
+    pi_device *dev = c->device;
+    const int rc = dev->ops->split_norm(dev, il, 0, c->xn);
+    return rc ? rc : split_token(c, il, pi_quantize(&c->kern, c->xn, c->xq, 1, d), 1);
+}
