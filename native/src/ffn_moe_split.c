@@ -56,7 +56,8 @@ void pi_expert_split_free(pi_context *c) {
     pi_expert_split *s = c->xsplit;
     if (!s) return;
     free(s->hot); free(s->expert); free(s->weight); free(s->has_hot); free(s->cpu_units); free(s->dev_units);
-    free(s->g); free(s->u); free(s->q); free(s->acc); free(s->live); free(s->part); free(s->rows_done); free(s->bytes_done); free(s->hot_sum); free(s->out);
+    free(s->g); free(s->u); free(s->q); free(s->acc); free(s->live); free(s->part);
+    free(s->rows_done); free(s->bytes_done); free(s->hot_sum); free(s->out);
     free(s);
     c->xsplit = NULL;
 }
