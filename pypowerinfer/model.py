@@ -116,7 +116,7 @@ class LayerPlacement:
     n_hot: int           # positions [0, n_hot) of the layer's frequency order live on the device
     bytes: int
     coverage: float      # share of the layer's profiled activations those neurons serve
-    fixed_on_device: bool  # the layer's attention (a parallel block's stays on the CPU), router and predictor fit first
+    fixed_on_device: bool  # the layer's attention (a parallel block's, and a model's routed from the layer's input (smallthinker), stays on the CPU), router and predictor fit first
     n_hot_expert_runs: int = 0  # an MoE layer's expert runs (PI_FFN_RUN neurons) on the device
     n_expert_runs: int = 0      # all its experts' runs; 0 in a dense layer
     expert_bytes: int = 0

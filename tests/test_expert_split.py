@@ -112,25 +112,33 @@ def per_token_traffic(model, budget, experts_on_device) -> dict[str, int]:
     return {"copies": copies, "syncs": syncs}
 
 
-@pytest.mark.parametrize("share", ["none", "some", "all"])
-@pytest.mark.parametrize("name", CASES)
-def test_host_device_split_equals_the_cpu_exactly(models, name, share):
-    model, case = models[name], CASES[name]
+def host_equals_cpu(model, share, seq=None):
+    """The host device's split against the CPU alone at the budget of that share (budgets), over
+    seq: the same logits bit for bit, the same stats, the hot rows as the share says. Returns the
+    budget, the stats and the host's traffic."""
     budget = budgets(model)[share]
     hot, total = hot_runs(model, budget)
     assert {"none": hot == 0, "some": 0 < hot < total, "all": hot == total}[share], (hot, total)
-    cpu, cpu_stats, cpu_traffic = decode(model, budget=budget)
-    split, split_stats, traffic = decode(model, device=DEVICE_HOST, budget=budget)
+    cpu, cpu_stats, cpu_traffic = decode(model, budget=budget, seq=seq)
+    split, split_stats, traffic = decode(model, device=DEVICE_HOST, budget=budget, seq=seq)
     np.testing.assert_array_equal(split, cpu)
     assert split_stats == cpu_stats and cpu_traffic == {"copies": 0, "syncs": 0}
-    # every routed expert's every run computed once: no expert twice, none left out
-    assert split_stats["ffn_rows_done"] == DECODED * N_LAYER * case["n_expert_used"] * case["n_ff_exp"]
     if share == "none":
         assert split_stats["ffn_rows_hot"] == 0
     elif share == "all":
         assert split_stats["ffn_rows_hot"] == split_stats["ffn_rows_done"]
     else:
         assert 0 <= split_stats["ffn_rows_hot"] < split_stats["ffn_rows_done"]
+    return budget, split_stats, traffic
+
+
+@pytest.mark.parametrize("share", ["none", "some", "all"])
+@pytest.mark.parametrize("name", CASES)
+def test_host_device_split_equals_the_cpu_exactly(models, name, share):
+    model, case = models[name], CASES[name]
+    budget, split_stats, traffic = host_equals_cpu(model, share)
+    # every routed expert's every run computed once: no expert twice, none left out
+    assert split_stats["ffn_rows_done"] == DECODED * N_LAYER * case["n_expert_used"] * case["n_ff_exp"]
     if share != "some":  # with some hot, whether a token's experts have any depends on its routing
         expected = per_token_traffic(model, budget, share == "all")
         assert traffic == {k: DECODED * v for k, v in expected.items()}, (traffic, expected)
@@ -246,5 +254,102 @@ def test_a_k_quant_down_matrix_is_refused(tmp_path):
     try:
         with pytest.raises(UnsupportedError, match=r"blk\.0\.ffn_down_exps\.weight, which is q4_K"):
             context(m, device=DEVICE_HOST, budget=m.device_bytes())
+    finally:
+        m.close()
+
+
+# ---- smallthinker: routed from the layer's input, ReGLU experts whose dead neurons are skipped ----
+
+ST_SIGMOID = {"smallthinker.expert_gating_func": 2}
+ST_SWA = {"smallthinker.attention.sliding_window": 4096}  # layer 0 NoPE, layer 1 windowed
+ST_DIMS = dict(arch="smallthinker", n_vocab=512, n_layer=N_LAYER, n_ctx_train=512, n_ff=256)
+ST_CASES = {
+    # runs of 128, 128 and 64
+    "st-q8_0-softmax-top1": dict(weight_type="Q8_0", n_embd=128, n_head=4, n_head_kv=2, n_expert=4,
+                                 n_expert_used=1, n_ff_exp=320),
+    # runs of 128, 128 and 96; sigmoid gating and a window (a NoPE layer)
+    "st-q4_0-sigmoid-top2-swa": dict(weight_type="Q4_0", n_embd=256, n_head=8, n_head_kv=4, n_expert=6,
+                                     n_expert_used=2, n_ff_exp=352, output_type="Q8_0",
+                                     extra_kv={**ST_SIGMOID, **ST_SWA}),
+    # runs of 128 and 32; softmax, a window, top-3
+    "st-q8_0-softmax-top3-swa": dict(weight_type="Q8_0", n_embd=128, n_head=2, n_head_kv=2, n_expert=5,
+                                     n_expert_used=3, n_ff_exp=160, extra_kv=ST_SWA),
+}
+ST_DECODED = 32
+
+
+def st_tokens() -> np.ndarray:
+    return tokens(PROMPT + ST_DECODED, seed=5)
+
+
+@pytest.fixture(scope="module")
+def st_models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("st-esplit")
+    out = {name: NativeModel(write_llama_gguf(folder / f"{name}.gguf", **ST_DIMS, **case))
+           for name, case in ST_CASES.items()}
+    yield out
+    for m in out.values():
+        m.close()
+
+
+@pytest.mark.parametrize("share", ["none", "some", "all"])
+@pytest.mark.parametrize("name", ST_CASES)
+def test_smallthinker_host_split_equals_the_cpu_exactly(st_models, name, share):
+    """The split routes from the logits of the layer's input (the CPU's: smallthinker's attention
+    stays there) and runs ReGLU's live neurons only, the same on both sides."""
+    model, case = st_models[name], ST_CASES[name]
+    _, split_stats, _ = host_equals_cpu(model, share, st_tokens())
+    # random weights: about half the neurons are dead, and their up rows are not read
+    dense = ST_DECODED * N_LAYER * case["n_expert_used"] * case["n_ff_exp"]
+    assert 0 < split_stats["ffn_rows_done"] < 0.8 * dense, split_stats
+
+
+@pytest.mark.parametrize("name", ST_CASES)
+def test_smallthinker_split_stays_close_to_the_plain_path(st_models, name):
+    """Against the plain smallthinker path (no budget), to the bound the qwen3moe split is held
+    to: each expert's down sum regrouped by runs, float rounding only; the same live neurons
+    (the gate rows' dots are the same bits), so the same rows and weight bytes counted."""
+    from reference import compare_logits
+
+    model = st_models[name]
+    plain, plain_stats, _ = decode(model, seq=st_tokens())
+    split, split_stats, _ = decode(model, device=DEVICE_HOST, budget=budgets(model)["some"], seq=st_tokens())
+    np.testing.assert_array_equal(split[:PROMPT], plain[:PROMPT])
+    got = compare_logits(plain, split)
+    assert got["top1"] >= 0.97 and got["kl_median"] <= 1e-10 and got["kl_max"] <= 1e-2, got
+    assert split_stats["ffn_rows_done"] == plain_stats["ffn_rows_done"]
+    assert st_bytes_per_token(model, budgets(model)["some"]) == st_bytes_per_token(model, 0)
+
+
+def st_bytes_per_token(model, budget) -> float:
+    """The weight bytes a decoded token read (the split's are counted on the CPU's side too)."""
+    seq = st_tokens()
+    ctx = context(model, device=DEVICE_HOST if budget else DEVICE_NONE, budget=budget)
+    try:
+        ctx.decode(seq[:PROMPT], 0)
+        ctx.reset_stats()
+        for i in range(PROMPT, len(seq)):
+            ctx.decode(seq[i:i + 1], i)
+        return ctx.sparse_stats()["bytes_per_token"]
+    finally:
+        ctx.close()
+
+
+def test_smallthinker_exact_router_ties(st_models, tmp_path):
+    """Every router row the same: all experts tie for every token; the CPU routes once from the
+    layer's input and the device is handed that choice, so host and CPU alone agree exactly."""
+    name = "st-q4_0-sigmoid-top2-swa"
+    case = ST_CASES[name]
+    rows = np.random.default_rng(3).standard_normal(case["n_embd"]).astype(np.float32) * 0.05
+    router = np.tile(rows, (case["n_expert"], 1))
+    names = {f"blk.{il}.ffn_gate_inp.weight" for il in range(N_LAYER)}
+    path = rewrite_gguf(st_models[name].path, tmp_path / "tied.gguf", {n: router for n in names}, drop=names)
+    m = NativeModel(path)
+    try:
+        budget = budgets(m)["some"]
+        cpu, cpu_stats, _ = decode(m, budget=budget, seq=st_tokens())
+        split, stats, _ = decode(m, device=DEVICE_HOST, budget=budget, seq=st_tokens())
+        np.testing.assert_array_equal(split, cpu)
+        assert stats == cpu_stats
     finally:
         m.close()

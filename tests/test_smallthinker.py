@@ -10,7 +10,7 @@ from synthetic import write_llama_gguf
 from test_forward import teacher_forced
 from test_qwen3 import agreements, assert_agreement, assert_exact
 
-from pypowerinfer import Llama, UnsupportedError
+from pypowerinfer import Llama
 
 N_TEACHER = 256
 DIMS = dict(n_vocab=512, n_layer=3, n_ctx_train=512)
@@ -199,7 +199,14 @@ def test_missing_router_is_refused(tmp_path):
         Llama(str(path), verbose=False)
 
 
-def test_refuses_the_device(tmp_path):
+def test_layer_offload_is_refused_and_the_expert_split_runs(tmp_path):
+    """n_gpu_layers is refused for an MoE model (Llama falls back to the CPU with a warning);
+    vram_budget runs the expert split (tests/test_expert_split.py checks it exactly)."""
     path = write(tmp_path / "m.gguf", MOE)
-    with pytest.raises(UnsupportedError, match="smallthinker"):
-        Llama(str(path), vram_budget="1G", hybrid_device="host", verbose=False)
+    with pytest.warns(UserWarning, match="mixture of experts"):
+        llm = Llama(str(path), n_ctx=32, n_gpu_layers=1, hybrid_device="host", verbose=False)
+    llm.close()
+    with Llama(str(path), n_ctx=32, vram_budget="1G", hybrid_device="host", verbose=False) as llm:
+        assert llm.placement is not None
+        llm.eval([1, 2, 3])
+        llm.eval([4])

@@ -48,10 +48,6 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     if (m->n_expert && p.n_gpu_layers)
         return pi_set_error(PI_ERR_UNSUPPORTED, "arch '%s' (mixture of experts): layer offload (n_gpu_layers) is not "
                             "supported for it; vram_budget puts its hot expert runs on the device", m->arch);
-    /* the expert split (ffn_moe_split.c) routes from the FFN's input and runs every neuron */
-    if (m->router_on_input && (p.vram_budget || p.device != PI_DEVICE_NONE))
-        return pi_set_error(PI_ERR_UNSUPPORTED, "arch '%s' runs on the CPU only: the expert split of vram_budget and a "
-                            "device do not route from the layer's input or skip ReGLU's dead neurons yet", m->arch);
     /* an encoder's input is checked against its positions instead (pi_encode), as llama.cpp
      * takes any n_ctx for one */
     if (m->position_embd.data && h->causal && n_ctx > (uint32_t)h->n_ctx_train)

@@ -105,40 +105,62 @@ static void expert_dense(pi_context *c, const pi_layer *L, int e, pi_act x, int 
     c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + pi_weight_bytes(&up) + pi_weight_bytes(&down));
 }
 
-/* c->moe_live[0..) = the neurons of one token's expert whose gate is > 0; returns how many */
-static int live_neurons(pi_context *c) {
+int pi_live_neurons(const float *g, int n, int32_t *live) {
     int n_live = 0;
-    for (int i = 0; i < c->model->n_ff_exp; i++)
-        if (c->gate[i] > 0.0f) c->moe_live[n_live++] = i;
+    for (int i = 0; i < n; i++)
+        if (g[i] > 0.0f) live[n_live++] = i;
     return n_live;
 }
 
-/* moe_out = down h over the column blocks of h holding a live neuron: the others are all zero
- * and add nothing. Columns go in blocks of the weight's type (at least the 32 of the 8-bit
- * activations), which a group block holds for all its 16 rows, so grouped or not a run of
- * consecutive live blocks is one matmul over a slice of down; the runs' sums are added in
- * order. Returns the weight bytes read. */
-static int64_t down_live_blocks(pi_context *c, const pi_weight *down, pi_act h, int n_live) {
-    const int d = c->model->info.n_embd, n_ff = c->model->n_ff_exp, bs = pi_type_block_size(down->type);
-    const int cols = bs > QK ? bs : QK;
+void pi_reglu_live(float *g, int n, const float *up, const int32_t *live, int n_live) {
+    for (int i = 0; i < n; i++) g[i] = g[i] > 0.0f ? g[i] : 0.0f;
+    for (int j = 0; j < n_live; j++) g[live[j]] *= up[j];
+}
+
+/* Columns go in blocks of the weight's type (at least the 32 of the 8-bit activations), which a
+ * group block holds for all its 16 rows, so grouped or not a stretch of consecutive live blocks
+ * is a slice of down. */
+int pi_live_stretch(const pi_weight *down, const int32_t *live, int n_live, int *j, pi_weight *slice, int *c0) {
+    if (*j >= n_live) return 0;
+    const int n_cols = (int)down->n_in, bs = pi_type_block_size(down->type), cols = bs > QK ? bs : QK;
     const size_t col_block_bytes = (size_t)(cols / bs) * pi_type_block_bytes(down->type);
     const size_t slice_step = col_block_bytes * (down->grouped ? PI_GROUP_ROWS : 1); /* a column block's start */
+    const int b0 = live[*j] / cols;
+    int b1 = b0 + 1; /* the stretch: blocks b0 .. b1 - 1 */
+    while (*j < n_live && live[*j] / cols <= b1) b1 = live[(*j)++] / cols + 1;
+    const int c1 = b1 * cols < n_cols ? b1 * cols : n_cols;
+    *slice = *down;
+    *c0 = b0 * cols;
+    slice->n_in = c1 - *c0;
+    slice->data = down->data + (size_t)b0 * slice_step;
+    return 1;
+}
+
+uint64_t pi_live_stretch_bytes(const pi_weight *slice) {
+    const int bs = pi_type_block_size(slice->type), cols = bs > QK ? bs : QK;
+    const uint64_t blocks = (uint64_t)((slice->n_in + cols - 1) / cols);
+    return blocks * (uint64_t)(cols / bs) * pi_type_block_bytes(slice->type) * (uint64_t)slice->n_out;
+}
+
+pi_act pi_act_columns(pi_act h, int c0, int n) {
+    return (pi_act){ h.f + c0, h.q ? h.q + c0 / QK : NULL, h.k ? h.k + c0 / QK_K : NULL, n };
+}
+
+/* moe_out = down h over the column stretches of h holding a live neuron (pi_live_stretch): the
+ * others are all zero and add nothing; the stretches' sums are added in order. Returns the
+ * weight bytes read. */
+static int64_t down_live_blocks(pi_context *c, const pi_weight *down, pi_act h, int n_live) {
+    const int d = c->model->info.n_embd;
     int64_t bytes = 0;
     memset(c->moe_out, 0, (size_t)d * sizeof(float));
-    for (int j = 0; j < n_live;) {
-        const int b0 = c->moe_live[j] / cols;
-        int b1 = b0 + 1; /* the run: blocks b0 .. b1 - 1 */
-        while (j < n_live && c->moe_live[j] / cols <= b1) b1 = c->moe_live[j++] / cols + 1;
-        const int c0 = b0 * cols, c1 = b1 * cols < n_ff ? b1 * cols : n_ff;
-        pi_weight slice = *down;
-        slice.n_in = c1 - c0;
-        slice.data = down->data + (size_t)b0 * slice_step;
-        const pi_act part = { h.f + c0, h.q ? h.q + c0 / QK : NULL, h.k ? h.k + c0 / QK_K : NULL, c1 - c0 };
+    pi_weight slice;
+    int c0;
+    for (int j = 0; pi_live_stretch(down, c->moe_live, n_live, &j, &slice, &c0);) {
         /* moe_x is free: a one-token expert reads its input in place (gather) */
         const pi_mm_target out = { &slice, c->moe_x };
-        pi_matmul(c, part, 1, &out, 1);
+        pi_matmul(c, pi_act_columns(h, c0, (int)slice.n_in), 1, &out, 1);
         c->vec.axpy(1.0f, c->moe_x, c->moe_out, d);
-        bytes += (int64_t)(b1 - b0) * (int64_t)col_block_bytes * d;
+        bytes += (int64_t)pi_live_stretch_bytes(&slice);
     }
     return bytes;
 }
@@ -153,11 +175,10 @@ static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
                     down = pi_expert_weight(&L->ffn_down_exps, e);
     const pi_mm_target g = { &gate, c->gate };
     pi_matmul(c, x, 1, &g, 1);
-    const int n_live = live_neurons(c);
+    const int n_live = pi_live_neurons(c->gate, n_ff, c->moe_live);
     const pi_mm_target u = { &up, c->up, c->moe_live, n_live }; /* packed: up[j] is neuron moe_live[j]'s */
     pi_matmul(c, x, 1, &u, 1);
-    for (int i = 0; i < n_ff; i++) c->gate[i] = c->gate[i] > 0.0f ? c->gate[i] : 0.0f;
-    for (int j = 0; j < n_live; j++) c->gate[c->moe_live[j]] *= c->up[j];
+    pi_reglu_live(c->gate, n_ff, c->up, c->moe_live, n_live);
     const int64_t down_bytes = down_live_blocks(c, &down, pi_quantize(&c->kern, c->gate, c->moe_q, 1, n_ff), n_live);
     c->stats.ffn_rows_done += n_live;
     c->step_bytes += (int64_t)pi_weight_bytes(&gate) + (int64_t)n_live * (int64_t)up.row_bytes + down_bytes;

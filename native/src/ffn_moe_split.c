@@ -37,11 +37,14 @@ int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
     s->u = malloc(k * ff * sizeof *s->u);
     s->q = malloc((k * ff / QK + 1) * sizeof *s->q);
     s->acc = malloc(k * runs * d * sizeof *s->acc);
+    s->live = malloc(k * ff * sizeof *s->live);
+    s->part = malloc(k * runs * d * sizeof *s->part);
     s->rows_done = malloc(k * runs * sizeof *s->rows_done);
+    s->bytes_done = malloc(k * runs * sizeof *s->bytes_done);
     s->hot_sum = malloc(k * d * sizeof *s->hot_sum);
     s->out = malloc(k * d * sizeof *s->out);
     if (!s->hot || !s->expert || !s->weight || !s->has_hot || !s->cpu_units || !s->dev_units || !s->g || !s->u ||
-        !s->q || !s->acc || !s->rows_done || !s->hot_sum || !s->out) {
+        !s->q || !s->acc || !s->live || !s->part || !s->rows_done || !s->bytes_done || !s->hot_sum || !s->out) {
         pi_expert_split_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for the expert split");
     }
@@ -53,7 +56,8 @@ void pi_expert_split_free(pi_context *c) {
     pi_expert_split *s = c->xsplit;
     if (!s) return;
     free(s->hot); free(s->expert); free(s->weight); free(s->has_hot); free(s->cpu_units); free(s->dev_units);
-    free(s->g); free(s->u); free(s->q); free(s->acc); free(s->rows_done); free(s->hot_sum); free(s->out);
+    free(s->g); free(s->u); free(s->q); free(s->acc); free(s->live); free(s->part);
+    free(s->rows_done); free(s->bytes_done); free(s->hot_sum); free(s->out);
     free(s);
     c->xsplit = NULL;
 }
@@ -83,10 +87,39 @@ uint64_t pi_expert_run_bytes(const pi_expert_run_rows *w) {
     return (uint64_t)w->gate.n_out * (w->gate.row_bytes + w->up.row_bytes) + down;
 }
 
+/* the ReGLU run: gate rows, then up and down over the live neurons only (ffn_moe.h) */
+static void run_live(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *w, int unit, size_t at) {
+    const pi_kernels *k = &c->kern;
+    const int d = c->model->info.n_embd, nr = (int)w->gate.n_out;
+    float *g = s->g + at, *u = s->u + at, *acc = s->acc + (size_t)unit * d, *part = s->part + (size_t)unit * d;
+    int32_t *live = s->live + at;
+    pi_weight_matmul(k, &w->gate)(w->gate.data, w->gate.row_bytes, NULL, 0, nr, s->x, 1, g, nr);
+    const int n_live = pi_live_neurons(g, nr, live);
+    if (n_live) pi_weight_matmul(k, &w->up)(w->up.data, w->up.row_bytes, live, 0, n_live, s->x, 1, u, n_live);
+    pi_reglu_live(g, nr, u, live, n_live);
+    const pi_act h = pi_quantize(k, g, (pi_act_store){ s->q + at / QK, NULL }, 1, nr);
+    int64_t bytes = (int64_t)nr * (int64_t)w->gate.row_bytes + (int64_t)n_live * (int64_t)w->up.row_bytes;
+    memset(acc, 0, (size_t)d * sizeof(float));
+    pi_weight slice;
+    int c0;
+    for (int j = 0; pi_live_stretch(&w->down, live, n_live, &j, &slice, &c0);) {
+        pi_weight_matmul(k, &slice)(slice.data, slice.row_bytes, NULL, 0, d, pi_act_columns(h, c0, (int)slice.n_in), 1,
+                                    part, d);
+        c->vec.axpy(1.0f, part, acc, d);
+        bytes += (int64_t)pi_live_stretch_bytes(&slice);
+    }
+    s->rows_done[unit] += n_live;
+    s->bytes_done[unit] += bytes;
+}
+
 void pi_expert_run(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *w, int unit) {
     const pi_kernels *k = &c->kern;
     const int d = c->model->info.n_embd, nr = (int)w->gate.n_out;
     const size_t at = (size_t)(unit / s->runs) * (size_t)c->model->n_ff_exp + (size_t)(unit % s->runs) * PI_FFN_RUN;
+    if (c->model->moe_skip_rows) {
+        run_live(c, s, w, unit, at);
+        return;
+    }
     float *g = s->g + at, *u = s->u + at, *acc = s->acc + (size_t)unit * d;
     pi_weight_matmul(k, &w->gate)(w->gate.data, w->gate.row_bytes, NULL, 0, nr, s->x, 1, g, nr);
     pi_weight_matmul(k, &w->up)(w->up.data, w->up.row_bytes, NULL, 0, nr, s->x, 1, u, nr);
@@ -94,6 +127,7 @@ void pi_expert_run(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *
     const pi_act h = pi_quantize(k, g, (pi_act_store){ s->q + at / QK, NULL }, 1, nr);
     pi_weight_matmul(k, &w->down)(w->down.data, w->down.row_bytes, NULL, 0, d, h, 1, acc, d);
     s->rows_done[unit] += nr;
+    s->bytes_done[unit] += (int64_t)pi_expert_run_bytes(w);
 }
 
 /* whether run r of routed expert j lives on the device */
@@ -133,6 +167,7 @@ static void plan_units(pi_context *c, pi_expert_split *s, int with_device) {
             const int unit = j * s->runs + r, hot = is_hot(s, m, j, r);
             s->has_hot[j] |= hot;
             s->rows_done[unit] = 0;
+            s->bytes_done[unit] = 0;
             if (hot && with_device) s->dev_units[s->n_dev++] = unit;
             else s->cpu_units[s->n_cpu++] = unit;
         }
@@ -174,13 +209,10 @@ static void cold_sums(pi_context *c, pi_expert_split *s) {
 
 /* the neurons and bytes of every unit, counted once each time it was computed (after the device's wait) */
 static void count_units(pi_context *c, const pi_layer *L, const pi_expert_split *s) {
-    const pi_model *m = c->model;
     for (int unit = 0; unit < s->k * s->runs; unit++) {
-        const int j = unit / s->runs, r = unit % s->runs;
-        const pi_expert_run_rows w = pi_expert_run_rows_of(m, L, s->expert[j], r);
         c->stats.ffn_rows_done += s->rows_done[unit];
-        if (is_hot(s, m, j, r)) c->stats.ffn_rows_hot += s->rows_done[unit];
-        c->step_bytes += (int64_t)(s->rows_done[unit] / w.gate.n_out) * (int64_t)pi_expert_run_bytes(&w);
+        if (is_hot(s, c->model, unit / s->runs, unit % s->runs)) c->stats.ffn_rows_hot += s->rows_done[unit];
+        c->step_bytes += s->bytes_done[unit];
     }
     c->step_bytes += (int64_t)pi_weight_bytes(&L->ffn_gate_inp);
 }

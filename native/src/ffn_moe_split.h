@@ -16,6 +16,12 @@
  * folds: the reference the split is tested against. With the stream on the device (its
  * attention placed there) the device norms the token's input for the CPU and merges there.
  *
+ * smallthinker routes from the layer's input, before attention: forward.c keeps those logits in
+ * moe_probs and pi_moe_route takes them. Its attention is never placed on the device (device/
+ * place.c; the planner spends no budget on it), so that the CPU has the layer's input: its
+ * stream stays on the host and the split is never resident. Its ReGLU runs skip dead neurons
+ * (pi_expert_run) on both sides alike.
+ *
  * Only one-token steps take the split (as PI_SPARSE_DECODE does for the neuron split); a batch
  * runs the plain MoE path on the CPU, which reads each routed expert once for all its tokens. */
 #ifndef PI_FFN_MOE_SPLIT_H
@@ -50,7 +56,10 @@ typedef struct pi_expert_split {
     float *g, *u;          /* [k][n_ff_exp] gate, then the activation; up */
     block_q8x *q;          /* [k][n_ff_exp / 32] the activation quantized */
     float *acc;            /* [k][runs][n_embd] each unit's partial down sum */
+    int32_t *live;         /* [k][n_ff_exp] a ReGLU run's live neurons (gate > 0), run-relative */
+    float *part;           /* [k][runs][n_embd] a ReGLU run's stretch of down, before it is added to its slot */
     int32_t *rows_done;    /* [k][runs] neurons each unit computed: counts the work actually done */
+    int64_t *bytes_done;   /* [k][runs] and the weight bytes it read */
     float *hot_sum;        /* [k][n_embd] each expert's hot slots folded in run order */
     float *out;            /* [k][n_embd] each expert's cold slots in run order, then its output */
 } pi_expert_split;
@@ -66,8 +75,11 @@ pi_expert_run_rows pi_expert_run_rows_of(const pi_model *m, const pi_layer *L, i
 uint64_t pi_expert_run_bytes(const pi_expert_run_rows *w);
 
 /* Unit u of the token from the rows w: gate and up of its neurons, the model's activation, and
- * its partial down sum into its slot. The activation is taken over the run's neurons as a whole,
- * so an activation that zeroes rows (ReLU-gated) can skip their up and down work here. */
+ * its partial down sum into its slot. A ReGLU expert (model.moe_skip_rows, smallthinker) reads its
+ * gate rows, then only the live neurons' up rows and down's column blocks holding a live neuron
+ * (ffn_moe.h's pi_live_neurons, pi_reglu_live, pi_live_stretch, as pi_ffn_moe's one-token
+ * experts do); rows_done and bytes_done count what was read. Single-threaded: the CPU threads
+ * and the device call it on different units at once. */
 void pi_expert_run(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *w, int unit);
 /* hot_sum[j] = expert j's hot slots added in run order (where it has any): what a device hands back */
 void pi_expert_fold_hot(pi_context *c, pi_expert_split *s);

@@ -11,9 +11,11 @@ int pi_model_expert_runs(const pi_model *m) { return m->n_expert ? (m->n_ff_exp 
 
 /* what every token reads in a layer besides the FFN that the device can hold: attention, the
  * router and the predictor; a parallel block's attention (falcon) stays on the CPU, its step
- * holding the FFN the split runs (device/place.c), so only its predictor takes budget */
+ * holding the FFN the split runs (device/place.c), so only its predictor takes budget; so does a
+ * model that routes from the layer's input (smallthinker), whose router logits the CPU computes
+ * at the attention step, the stream kept on the host */
 static uint64_t layer_fixed_bytes(const pi_model *m, const pi_layer *L) {
-    return (m->parallel ? 0 : pi_attention_bytes(L)) + pi_weight_bytes(&L->ffn_gate_inp) + pi_predictor_bytes(L);
+    return (m->parallel || m->router_on_input ? 0 : pi_attention_bytes(L)) + pi_weight_bytes(&L->ffn_gate_inp) + pi_predictor_bytes(L);
 }
 
 /* a dense layer's runs are placed by the split only where it has a predictor and ffn_down_t */

@@ -16,19 +16,21 @@ static size_t down_piece(const pi_weight *down, size_t *stride, size_t *n) {
 
 /* dst = the run src's weights, laid out as hot_experts.h says; returns the bytes used (NULL dst: counts only) */
 static size_t copy_run(pi_expert_run_rows *dst, const pi_expert_run_rows *src, uint8_t *at) {
-    const size_t rows = (size_t)src->gate.n_out * src->gate.row_bytes;
+    /* gate and up each in its own type and layout (smallthinker's up row-major, its live rows picked) */
+    const size_t gate_rows = (size_t)src->gate.n_out * src->gate.row_bytes;
+    const size_t up_rows = (size_t)src->up.n_out * src->up.row_bytes;
     size_t stride, n;
     const size_t piece = down_piece(&src->down, &stride, &n);
     if (at) {
         *dst = *src;
-        dst->gate.data = memcpy(at, src->gate.data, rows);
-        dst->up.data = memcpy(at + rows, src->up.data, rows);
-        uint8_t *down = at + 2 * rows;
+        dst->gate.data = memcpy(at, src->gate.data, gate_rows);
+        dst->up.data = memcpy(at + gate_rows, src->up.data, up_rows);
+        uint8_t *down = at + gate_rows + up_rows;
         for (size_t i = 0; i < n; i++) memcpy(down + i * piece, src->down.data + i * stride, piece);
         dst->down.data = down;
         dst->down.row_bytes = piece / (src->down.grouped ? PI_GROUP_ROWS : 1);
     }
-    return 2 * rows + n * piece;
+    return gate_rows + up_rows + n * piece;
 }
 
 /* every hot run of the context's split, counted (out->memory NULL) or copied */

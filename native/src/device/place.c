@@ -92,7 +92,10 @@ static int split_experts(pi_context *c, const uint8_t *exp_hot, int *any) {
 
 /* With PI_DEVICE_NONE the layout still applies and the CPU computes every run: the reference
  * the split is tested against. A parallel block's attention (falcon) stays on the CPU: that
- * step holds the FFN, which the split runs (the plan spent no budget on it). A dense layer's
+ * step holds the FFN, which the split runs (the plan spent no budget on it). So does a model
+ * that routes from the layer's input (smallthinker): its router logits are computed from the
+ * stream before attention (forward.c), so its attention stays on the CPU and the stream on the
+ * host, and the split takes the logits from there (pi_moe_route). A dense layer's
  * hot neurons come first in its layout; an MoE layer's hot runs are marked in exp_hot. */
 static int split(pi_context *c) {
     const pi_model *m = c->model;
@@ -117,7 +120,7 @@ static int split(pi_context *c) {
         else any = lay_out(c, plan, hot);
         pi_device_share share = { n_layer, attention, totals.output_on_device && !c->embd };
         any |= share.output;
-        for (int il = 0; il < n_layer; il++) any |= attention[il] = plan[il].fixed_on_device && !m->parallel;
+        for (int il = 0; il < n_layer; il++) any |= attention[il] = plan[il].fixed_on_device && !m->parallel && !m->router_on_input;
         if (!rc && any && c->params.device != PI_DEVICE_NONE) rc = start_device(c, &share);
     }
     free(plan);
