@@ -105,22 +105,26 @@ static void expert_dense(pi_context *c, const pi_layer *L, int e, pi_act x, int 
     c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + pi_weight_bytes(&up) + pi_weight_bytes(&down));
 }
 
-int pi_live_neurons(const float *g, int n, int32_t *live) {
+/* live[0..) = the neurons i with g[i] > 0, ascending; returns how many */
+static int live_neurons(const float *g, int n, int32_t *live) {
     int n_live = 0;
     for (int i = 0; i < n; i++)
         if (g[i] > 0.0f) live[n_live++] = i;
     return n_live;
 }
 
-void pi_reglu_live(float *g, int n, const float *up, const int32_t *live, int n_live) {
+/* g[i] = relu(g[i]) * up[j] where i = live[j] (up packed: the live rows' only), else 0 */
+static void reglu_live(float *g, int n, const float *up, const int32_t *live, int n_live) {
     for (int i = 0; i < n; i++) g[i] = g[i] > 0.0f ? g[i] : 0.0f;
     for (int j = 0; j < n_live; j++) g[live[j]] *= up[j];
 }
 
-/* Columns go in blocks of the weight's type (at least the 32 of the 8-bit activations), which a
- * group block holds for all its 16 rows, so grouped or not a stretch of consecutive live blocks
- * is a slice of down. */
-int pi_live_stretch(const pi_weight *down, const int32_t *live, int n_live, int *j, pi_weight *slice, int *c0) {
+/* The next stretch of consecutive column blocks of down holding a live neuron (live ascending,
+ * from live[*j]; *j moves past it): *slice = those columns of down as a matrix (a view), *c0 its
+ * first column; 0 when no live neuron is left. Columns go in blocks of the weight's type (at
+ * least the 32 of the 8-bit activations), which a group block holds for all its 16 rows, so
+ * grouped or not a stretch of consecutive live blocks is a slice of down. */
+static int live_stretch(const pi_weight *down, const int32_t *live, int n_live, int *j, pi_weight *slice, int *c0) {
     if (*j >= n_live) return 0;
     const int n_cols = (int)down->n_in, bs = pi_type_block_size(down->type), cols = bs > QK ? bs : QK;
     const size_t col_block_bytes = (size_t)(cols / bs) * pi_type_block_bytes(down->type);
@@ -136,52 +140,59 @@ int pi_live_stretch(const pi_weight *down, const int32_t *live, int n_live, int 
     return 1;
 }
 
-uint64_t pi_live_stretch_bytes(const pi_weight *slice) {
+static uint64_t live_stretch_bytes(const pi_weight *slice) {
     const int bs = pi_type_block_size(slice->type), cols = bs > QK ? bs : QK;
     const uint64_t blocks = (uint64_t)((slice->n_in + cols - 1) / cols);
     return blocks * (uint64_t)(cols / bs) * pi_type_block_bytes(slice->type) * (uint64_t)slice->n_out;
 }
 
-pi_act pi_act_columns(pi_act h, int c0, int n) {
+/* columns [c0, c0 + n) of one token's activation h (c0 a multiple of the 8-bit blocks) */
+static pi_act act_columns(pi_act h, int c0, int n) {
     return (pi_act){ h.f + c0, h.q ? h.q + c0 / QK : NULL, h.k ? h.k + c0 / QK_K : NULL, n };
 }
 
-/* moe_out = down h over the column stretches of h holding a live neuron (pi_live_stretch): the
- * others are all zero and add nothing; the stretches' sums are added in order. Returns the
- * weight bytes read. */
-static int64_t down_live_blocks(pi_context *c, const pi_weight *down, pi_act h, int n_live) {
-    const int d = c->model->info.n_embd;
-    int64_t bytes = 0;
-    memset(c->moe_out, 0, (size_t)d * sizeof(float));
-    pi_weight slice;
-    int c0;
-    for (int j = 0; pi_live_stretch(down, c->moe_live, n_live, &j, &slice, &c0);) {
-        /* moe_x is free: a one-token expert reads its input in place (gather) */
-        const pi_mm_target out = { &slice, c->moe_x };
-        pi_matmul(c, pi_act_columns(h, c0, (int)slice.n_in), 1, &out, 1);
-        c->vec.axpy(1.0f, c->moe_x, c->moe_out, d);
-        bytes += (int64_t)pi_live_stretch_bytes(&slice);
+/* y = the n rows of w listed in rows (NULL: rows 0..n) times one token x, on the context's pool
+ * (pooled) or on the calling thread alone */
+static void token_matmul(pi_context *c, const pi_weight *w, const int32_t *rows, int n, pi_act x, float *y, int pooled) {
+    if (pooled) {
+        const pi_mm_target t = { w, y, rows, rows ? n : 0 };
+        pi_matmul(c, x, 1, &t, 1);
+    } else {
+        pi_weight_matmul(&c->kern, w)(w->data, w->row_bytes, rows, 0, n, x, 1, y, n);
     }
-    return bytes;
 }
 
-/* expert_dense for one token of a ReGLU expert, relu(gate) * up: a neuron whose gate is <= 0
- * adds exactly 0, so after the gate only the live neurons' up rows are read, and only down's
- * column blocks holding a live neuron. The same products and sums as expert_dense. (Several
- * tokens' live neurons interleave: expert_dense reads every row for them.) */
+int pi_reglu_token(pi_context *c, const pi_weight *gate, const pi_weight *up, const pi_weight *down, pi_act x,
+                   const pi_reglu_scratch *s, int pooled, int64_t *bytes) {
+    const int n = (int)gate->n_out, d = (int)down->n_out;
+    token_matmul(c, gate, NULL, n, x, s->g, pooled);
+    const int n_live = live_neurons(s->g, n, s->live);
+    if (n_live) token_matmul(c, up, s->live, n_live, x, s->u, pooled); /* packed: u[j] is neuron live[j]'s */
+    reglu_live(s->g, n, s->u, s->live, n_live);
+    const pi_act h = pi_quantize(&c->kern, s->g, s->q, 1, n);
+    *bytes = (int64_t)pi_weight_bytes(gate) + (int64_t)n_live * (int64_t)up->row_bytes;
+    memset(s->acc, 0, (size_t)d * sizeof(float));
+    pi_weight slice;
+    int c0;
+    for (int j = 0; live_stretch(down, s->live, n_live, &j, &slice, &c0);) {
+        token_matmul(c, &slice, NULL, d, act_columns(h, c0, (int)slice.n_in), s->part, pooled);
+        c->vec.axpy(1.0f, s->part, s->acc, d);
+        *bytes += (int64_t)live_stretch_bytes(&slice);
+    }
+    return n_live;
+}
+
+/* expert_dense for one token of a ReGLU expert (pi_reglu_token): the same products and sums,
+ * reading only the live neurons' rows. (Several tokens' live neurons interleave: expert_dense
+ * reads every row for them.) */
 static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
-    const int n_ff = c->model->n_ff_exp;
     const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
                     down = pi_expert_weight(&L->ffn_down_exps, e);
-    const pi_mm_target g = { &gate, c->gate };
-    pi_matmul(c, x, 1, &g, 1);
-    const int n_live = pi_live_neurons(c->gate, n_ff, c->moe_live);
-    const pi_mm_target u = { &up, c->up, c->moe_live, n_live }; /* packed: up[j] is neuron moe_live[j]'s */
-    pi_matmul(c, x, 1, &u, 1);
-    pi_reglu_live(c->gate, n_ff, c->up, c->moe_live, n_live);
-    const int64_t down_bytes = down_live_blocks(c, &down, pi_quantize(&c->kern, c->gate, c->moe_q, 1, n_ff), n_live);
-    c->stats.ffn_rows_done += n_live;
-    c->step_bytes += (int64_t)pi_weight_bytes(&gate) + (int64_t)n_live * (int64_t)up.row_bytes + down_bytes;
+    /* moe_x is free for the stretches' parts: a one-token expert reads its input in place (gather) */
+    const pi_reglu_scratch s = { c->gate, c->up, c->moe_live, c->moe_q, c->moe_x, c->moe_out };
+    int64_t bytes;
+    c->stats.ffn_rows_done += pi_reglu_token(c, &gate, &up, &down, x, &s, 1, &bytes);
+    c->step_bytes += bytes;
 }
 
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {

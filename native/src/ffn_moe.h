@@ -17,20 +17,23 @@ void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a);
 /* expert e of an MoE tensor as a matrix of its own: a view, no copy */
 pi_weight pi_expert_weight(const pi_weight *w, int e);
 
-/* One token's ReGLU expert (relu(gate) * up) over n neurons, skipping the dead ones (gate <= 0,
- * which add exactly 0): the single-token path of pi_ffn_moe and the expert split's runs share these.
- * live[0..) = the neurons i with g[i] > 0, ascending; returns how many. */
-int pi_live_neurons(const float *g, int n, int32_t *live);
-/* g[i] = relu(g[i]) * up[j] where i = live[j] (up packed: the live rows' only), else 0 */
-void pi_reglu_live(float *g, int n, const float *up, const int32_t *live, int n_live);
-/* The next stretch of consecutive column blocks of down holding a live neuron (live ascending,
- * columns of down, from live[*j]; *j moves past it): *slice = those columns of down as a
- * matrix (a view), *c0 its first column. Returns 0 when no live neuron is left. */
-int pi_live_stretch(const pi_weight *down, const int32_t *live, int n_live, int *j, pi_weight *slice, int *c0);
-/* the weight bytes a stretch's slice reads */
-uint64_t pi_live_stretch_bytes(const pi_weight *slice);
-/* columns [c0, c0 + n) of one token's activation h (c0 a multiple of the 8-bit blocks) */
-pi_act pi_act_columns(pi_act h, int c0, int n);
+/* Where one token's ReGLU expert, or run of one, keeps its work: g, u, live and q over its
+ * neurons, part and acc over n_embd. */
+typedef struct {
+    float *g, *u;
+    int32_t *live;
+    pi_act_store q;
+    float *part, *acc;
+} pi_reglu_scratch;
+
+/* acc = down(relu(gate x) * up x) for one token x of a ReGLU expert, or a run of one (rows of
+ * gate and up, the same columns of down): the gate rows, then, since a neuron whose gate is <= 0
+ * adds exactly 0, only the live neurons' up rows and the column blocks of down holding a live
+ * neuron (each stretch of consecutive live blocks one product into part, added to acc in order).
+ * On the context's pool (pooled) or on the calling thread alone. Returns the live neurons;
+ * *bytes = the weight bytes read. pi_ffn_moe's one-token experts and the expert split's runs. */
+int pi_reglu_token(pi_context *c, const pi_weight *gate, const pi_weight *up, const pi_weight *down, pi_act x,
+                   const pi_reglu_scratch *s, int pooled, int64_t *bytes);
 
 /* delta[0..n) = the MoE FFN of layer L on a, the FFN's normed input (quantized): per token the
  * router's softmax (or sigmoid), its top n_expert_used experts with their probabilities

@@ -89,26 +89,11 @@ uint64_t pi_expert_run_bytes(const pi_expert_run_rows *w) {
 
 /* the ReGLU run: gate rows, then up and down over the live neurons only (ffn_moe.h) */
 static void run_live(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *w, int unit, size_t at) {
-    const pi_kernels *k = &c->kern;
-    const int d = c->model->info.n_embd, nr = (int)w->gate.n_out;
-    float *g = s->g + at, *u = s->u + at, *acc = s->acc + (size_t)unit * d, *part = s->part + (size_t)unit * d;
-    int32_t *live = s->live + at;
-    pi_weight_matmul(k, &w->gate)(w->gate.data, w->gate.row_bytes, NULL, 0, nr, s->x, 1, g, nr);
-    const int n_live = pi_live_neurons(g, nr, live);
-    if (n_live) pi_weight_matmul(k, &w->up)(w->up.data, w->up.row_bytes, live, 0, n_live, s->x, 1, u, n_live);
-    pi_reglu_live(g, nr, u, live, n_live);
-    const pi_act h = pi_quantize(k, g, (pi_act_store){ s->q + at / QK, NULL }, 1, nr);
-    int64_t bytes = (int64_t)nr * (int64_t)w->gate.row_bytes + (int64_t)n_live * (int64_t)w->up.row_bytes;
-    memset(acc, 0, (size_t)d * sizeof(float));
-    pi_weight slice;
-    int c0;
-    for (int j = 0; pi_live_stretch(&w->down, live, n_live, &j, &slice, &c0);) {
-        pi_weight_matmul(k, &slice)(slice.data, slice.row_bytes, NULL, 0, d, pi_act_columns(h, c0, (int)slice.n_in), 1,
-                                    part, d);
-        c->vec.axpy(1.0f, part, acc, d);
-        bytes += (int64_t)pi_live_stretch_bytes(&slice);
-    }
-    s->rows_done[unit] += n_live;
+    const size_t d = (size_t)c->model->info.n_embd;
+    const pi_reglu_scratch scratch = { s->g + at, s->u + at, s->live + at, { s->q + at / QK, NULL },
+                                       s->part + (size_t)unit * d, s->acc + (size_t)unit * d };
+    int64_t bytes;
+    s->rows_done[unit] += pi_reglu_token(c, &w->gate, &w->up, &w->down, s->x, &scratch, 0, &bytes);
     s->bytes_done[unit] += bytes;
 }
 

@@ -77,7 +77,7 @@ uint64_t pi_expert_run_bytes(const pi_expert_run_rows *w);
 /* Unit u of the token from the rows w: gate and up of its neurons, the model's activation, and
  * its partial down sum into its slot. A ReGLU expert (model.moe_skip_rows, smallthinker) reads its
  * gate rows, then only the live neurons' up rows and down's column blocks holding a live neuron
- * (ffn_moe.h's pi_live_neurons, pi_reglu_live, pi_live_stretch, as pi_ffn_moe's one-token
+ * (ffn_moe.h's pi_reglu_token, as pi_ffn_moe's one-token
  * experts do); rows_done and bytes_done count what was read. Single-threaded: the CPU threads
  * and the device call it on different units at once. */
 void pi_expert_run(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *w, int unit);
