@@ -88,6 +88,8 @@ static void to_f16_ref(const float *x, pi_fp16 *y, int n) {
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#include "vec_expf.h"
 
 AVX2 static float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -154,12 +156,13 @@ AVX2 static float exp_sub_sum_avx2(float *x, float max, int n) {
     return hsum(sum) + exp_sub_sum_ref(x + i, max, n - i);
 }
 
+/* silu(g) = g / (1 + exp(-g)) as ggml's swiglu: 8 lanes at a time, the tail in the reference */
 AVX2 static void silu_mul_avx2(const float *gate, const float *up, float *out, int n) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 g = _mm256_loadu_ps(gate + i);
-        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, g))));
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, expf8(_mm256_sub_ps(zero, g))));
         _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
     }
     silu_mul_ref(gate + i, up + i, out + i, n - i);
@@ -372,7 +375,6 @@ AVX2 static void mix_f16_tile_avx2(const float *w, size_t wstride, const int *lo
 
 /* AVX-512: a pair's two AVX2 accumulators are one zmm register's halves (lanes 0-7 the values
  * i..i+7 of every 16, 8-15 the values i+8..i+15), so its sums are the AVX2 tier's bit for bit. */
-#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 
 /* keys of an AVX-512 score tile, by up to 4 queries: 16 accumulators */
 enum { TILE512 = 4 };
@@ -487,6 +489,17 @@ AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     to_f16_ref(x + i, y + i, n - i);
 }
+/* silu_mul_avx2 16 lanes at a time, as ggml's swiglu on AVX-512 */
+AVX512 static void silu_mul_avx512(const float *gate, const float *up, float *out, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, expf16(_mm512_sub_ps(zero, g))));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    silu_mul_ref(gate + i, up + i, out + i, n - i);
+}
 #endif
 
 void pi_vec_ops_init(pi_vec_ops *v, int impl) {
@@ -503,6 +516,7 @@ void pi_vec_ops_init(pi_vec_ops *v, int impl) {
     if (impl != PI_IMPL_AVX2 && __builtin_cpu_supports("avx512f")) {
         v->name = "avx512";
         v->scores_f16_tile = scores_f16_tile_avx512;
+        v->silu_mul = silu_mul_avx512;
     }
 #else
     (void)impl;
