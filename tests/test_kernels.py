@@ -143,6 +143,86 @@ def block_matmul_cases(rng: np.random.Generator, qtype: str, n: int, rows_list, 
             yield rows, nt, w, x, xq @ wd.T + q8x_offset_term(w, x, qtype), np.abs(xq) @ np.abs(wd).T
 
 
+def weight_blocks(w: np.ndarray, qtype: str, n: int):
+    """A block format's rows as their integer quants q (w = d * q + m) [rows, blocks, 32], d and m
+    (float32; m 0 where the format has none), read from the bytes."""
+    layout = {"Q4_0": (18, 2, None, False), "Q4_1": (20, 4, None, True), "Q5_0": (22, 6, 2, False),
+              "Q5_1": (24, 8, 4, True), "Q8_0": (34, 2, None, False)}
+    size, qs_at, qh_at, has_m = layout[qtype]
+    b = w.reshape(w.shape[0], n // 32, size)
+    half = lambda at: b[:, :, at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32)  # noqa: E731
+    d, m = half(0), half(2) if has_m else np.zeros(b.shape[:2], np.float32)
+    if qtype == "Q8_0":
+        return b[:, :, 2:].view(np.int8).astype(np.int64), d, m
+    qs = b[:, :, qs_at:qs_at + 16].astype(np.int64)
+    q = np.concatenate([qs & 15, qs >> 4], axis=2)
+    if qh_at is not None:
+        qh = b[:, :, qh_at:qh_at + 4].copy().view(np.uint32)[..., 0].astype(np.int64)
+        q |= ((qh[..., None] >> np.arange(32)) & 1) << 4
+    offset = {"Q4_0": 8, "Q5_0": 16}.get(qtype, 0)
+    return q - offset, d, m
+
+
+def fma32(a, b, c):
+    """float32 fma: the product exact in float64 (two float32, or a float32 and a small integer),
+    the sum rounded once there and then to float32 (a second rounding that matters about once
+    in 2^29)"""
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(np.float32)
+
+
+def llama_order_matmul(w: np.ndarray, qtype: str, n: int, x: np.ndarray) -> np.ndarray:
+    """What llama.cpp's x86 CPU backend computes, to the bit (kernels.h's pi_dot_order): Q4_0 one
+    float per row, fma(isum, d_w d_x, sum) per block; the others 8 lanes, lane l adding fma(d_w d_x,
+    isum of products 4l .. 4l + 3, lane) per block, summed ((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+    (l3 + l7)), plus their m s_x terms summed apart."""
+    q, dw, m = weight_blocks(w, qtype, n)
+    xq, xd, xs = q8x_blocks(x)
+    xq, xd, xs = xq.astype(np.int64), xd.astype(np.float32), xs.astype(np.float32)
+    y = np.zeros((x.shape[0], w.shape[0]), np.float32)
+    for t in range(x.shape[0]):
+        prod = q * xq[t][None]
+        lanes = np.zeros((w.shape[0], 8), np.float32)
+        total, mins = np.zeros(w.shape[0], np.float32), np.zeros(w.shape[0], np.float32)
+        for b in range(n // 32):
+            d = (dw[:, b] * xd[t, b]).astype(np.float32)
+            if qtype == "Q4_0":
+                total = fma32(prod[:, b].sum(axis=1), d, total)
+            else:
+                lanes = fma32(d[:, None], prod[:, b].reshape(-1, 8, 4).sum(axis=2), lanes)
+            mins = fma32(m[:, b], xs[t, b], mins)
+        if qtype != "Q4_0":
+            l = lanes  # noqa: E741
+            total = ((l[:, 0] + l[:, 4]) + (l[:, 2] + l[:, 6])) + ((l[:, 1] + l[:, 5]) + (l[:, 3] + l[:, 7]))
+        y[t] = total + mins
+    return y
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("qtype", BLOCK_TYPES)
+def test_block_matmul_sums_in_llama_order(qtype, impl):
+    """Every tier's block matmul is llama.cpp's to the bit, for decode and prompt tile shapes."""
+    require(impl)
+    rng = np.random.default_rng(17)
+    for n in BLOCK_NS:
+        for rows in ROWS:
+            w = encode(random_weights(rng, rows, n), qtype)
+            for nt in (1, 4, 7):
+                x = random_activations(rng, nt, n)
+                np.testing.assert_array_equal(kernel_matmul(qtype, impl, w, rows, n, x),
+                                              llama_order_matmul(w, qtype, n, x), err_msg=f"n={n} rows={rows} nt={nt}")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_q8_0_extremes(impl):
+    """Q8_0's +-127 quants against +-127 activations: the AVX-512 tier's unsigned offset and the
+    AVX2 tier's sign trick (pair sums near int16's limit) at their limits"""
+    require(impl)
+    rows, n = 16, 64
+    w = encode(np.where(np.arange(rows * n).reshape(rows, n) % 3 == 0, -1.0, 1.0).astype(np.float32), "Q8_0")
+    x = np.tile(np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32), (2, 1))
+    np.testing.assert_array_equal(kernel_matmul("Q8_0", impl, w, rows, n, x), llama_order_matmul(w, "Q8_0", n, x))
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("n", BLOCK_NS)
 @pytest.mark.parametrize("qtype", BLOCK_TYPES)
@@ -171,6 +251,7 @@ def test_float_matmul(qtype, n, impl):
 @pytest.mark.parametrize("impl", ["avx2", "avx512"])
 @pytest.mark.parametrize("qtype", BLOCK_TYPES + FLOAT_TYPES)
 def test_simd_matches_reference(qtype, impl):
+    """the block formats to the bit (one summation order), float rows within rounding"""
     require(impl)
     rng = np.random.default_rng(7)
     ns = BLOCK_NS if qtype in BLOCK_TYPES else FLOAT_NS + [1536]
@@ -180,6 +261,9 @@ def test_simd_matches_reference(qtype, impl):
         x = random_activations(rng, nt, n)
         ref = kernel_matmul(qtype, "ref", w, rows, n, x).astype(np.float64)
         simd = kernel_matmul(qtype, impl, w, rows, n, x)
+        if qtype in BLOCK_TYPES:
+            np.testing.assert_array_equal(simd, ref, err_msg=f"{qtype} n={n} {impl} vs ref")
+            continue
         wd = dequantize(w, QT[qtype]).astype(np.float64)
         bound = np.abs(x.astype(np.float64)) @ np.abs(wd).T
         assert_dot_close(simd, ref, bound, RTOL_TIERS, f"{qtype} n={n} {impl} vs ref")

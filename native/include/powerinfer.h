@@ -42,7 +42,7 @@ typedef struct pi_model pi_model;
 typedef struct {
     int vocab_only; /* parse metadata only; no weights are checked or bound */
     int ffn_act;    /* PI_ACT_* to override the architecture's FFN activation; -1 keeps it */
-    int repack;     /* 1 (the default): the dense matmuls' Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights are
+    int repack;     /* 1 (the default): the dense matmuls' Q4_0 and K-quant weights are
                      * rearranged at load into groups of 16 rows (kernels/groups.c), in place in the
                      * private mapping (the file is never written; a device's upload puts the rows back
                      * in order); 0 keeps the file's row-major layout */

@@ -119,36 +119,15 @@ static void reglu_live(float *g, int n, const float *up, const int32_t *live, in
     for (int j = 0; j < n_live; j++) g[live[j]] *= up[j];
 }
 
-/* The next stretch of consecutive column blocks of down holding a live neuron (live ascending,
- * from live[*j]; *j moves past it): *slice = those columns of down as a matrix (a view), *c0 its
- * first column; 0 when no live neuron is left. Columns go in blocks of the weight's type (at
- * least the 32 of the 8-bit activations), which a group block holds for all its 16 rows, so
- * grouped or not a stretch of consecutive live blocks is a slice of down. */
-static int live_stretch(const pi_weight *down, const int32_t *live, int n_live, int *j, pi_weight *slice, int *c0) {
-    if (*j >= n_live) return 0;
-    const int n_cols = (int)down->n_in, bs = pi_type_block_size(down->type), cols = bs > QK ? bs : QK;
-    const size_t col_block_bytes = (size_t)(cols / bs) * pi_type_block_bytes(down->type);
-    const size_t slice_step = col_block_bytes * (down->grouped ? PI_GROUP_ROWS : 1); /* a column block's start */
-    const int b0 = live[*j] / cols;
-    int b1 = b0 + 1; /* the stretch: blocks b0 .. b1 - 1 */
-    while (*j < n_live && live[*j] / cols <= b1) b1 = live[(*j)++] / cols + 1;
-    const int c1 = b1 * cols < n_cols ? b1 * cols : n_cols;
-    *slice = *down;
-    *c0 = b0 * cols;
-    slice->n_in = c1 - *c0;
-    slice->data = down->data + (size_t)b0 * slice_step;
-    return 1;
-}
-
-static uint64_t live_stretch_bytes(const pi_weight *slice) {
-    const int bs = pi_type_block_size(slice->type), cols = bs > QK ? bs : QK;
-    const uint64_t blocks = (uint64_t)((slice->n_in + cols - 1) / cols);
-    return blocks * (uint64_t)(cols / bs) * pi_type_block_bytes(slice->type) * (uint64_t)slice->n_out;
-}
-
-/* columns [c0, c0 + n) of one token's activation h (c0 a multiple of the 8-bit blocks) */
-static pi_act act_columns(pi_act h, int c0, int n) {
-    return (pi_act){ h.f + c0, h.q ? h.q + c0 / QK : NULL, h.k ? h.k + c0 / QK_K : NULL, n };
+/* The bytes of down a token reads: the column blocks holding a live neuron (live ascending), in
+ * blocks of the weight's type (at least the 32 of the 8-bit activations); the kernels skip the
+ * others, whose activations are all zero. */
+static int64_t live_block_bytes(const pi_weight *down, const int32_t *live, int n_live) {
+    const int bs = pi_type_block_size(down->type), cols = bs > QK ? bs : QK;
+    int64_t blocks = 0;
+    for (int j = 0, last = -1; j < n_live; j++)
+        if (live[j] / cols != last) last = live[j] / cols, blocks++;
+    return blocks * (cols / bs) * (int64_t)pi_type_block_bytes(down->type) * down->n_out;
 }
 
 /* y = the n rows of w listed in rows (NULL: rows 0..n) times one token x, on the context's pool
@@ -170,15 +149,9 @@ int pi_reglu_token(pi_context *c, const pi_weight *gate, const pi_weight *up, co
     if (n_live) token_matmul(c, up, s->live, n_live, x, s->u, pooled); /* packed: u[j] is neuron live[j]'s */
     reglu_live(s->g, n, s->u, s->live, n_live);
     const pi_act h = pi_quantize(&c->kern, s->g, s->q, 1, n);
-    *bytes = (int64_t)pi_weight_bytes(gate) + (int64_t)n_live * (int64_t)up->row_bytes;
-    memset(s->acc, 0, (size_t)d * sizeof(float));
-    pi_weight slice;
-    int c0;
-    for (int j = 0; live_stretch(down, s->live, n_live, &j, &slice, &c0);) {
-        token_matmul(c, &slice, NULL, d, act_columns(h, c0, (int)slice.n_in), s->part, pooled);
-        c->vec.axpy(1.0f, s->part, s->acc, d);
-        *bytes += (int64_t)live_stretch_bytes(&slice);
-    }
+    *bytes = (int64_t)pi_weight_bytes(gate) + (int64_t)n_live * (int64_t)up->row_bytes + live_block_bytes(down, s->live, n_live);
+    /* one pass over down's rows, summed as llama.cpp sums them; the kernels skip the dead blocks */
+    token_matmul(c, down, NULL, d, h, s->acc, pooled);
     return n_live;
 }
 
@@ -188,8 +161,7 @@ int pi_reglu_token(pi_context *c, const pi_weight *gate, const pi_weight *up, co
 static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
     const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
                     down = pi_expert_weight(&L->ffn_down_exps, e);
-    /* moe_x is free for the stretches' parts: a one-token expert reads its input in place (gather) */
-    const pi_reglu_scratch s = { c->gate, c->up, c->moe_live, c->moe_q, c->moe_x, c->moe_out };
+    const pi_reglu_scratch s = { c->gate, c->up, c->moe_live, c->moe_q, c->moe_out };
     int64_t bytes;
     c->stats.ffn_rows_done += pi_reglu_token(c, &gate, &up, &down, x, &s, 1, &bytes);
     c->step_bytes += bytes;

@@ -18,18 +18,18 @@ void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a);
 pi_weight pi_expert_weight(const pi_weight *w, int e);
 
 /* Where one token's ReGLU expert, or run of one, keeps its work: g, u, live and q over its
- * neurons, part and acc over n_embd. */
+ * neurons, acc over n_embd. */
 typedef struct {
     float *g, *u;
     int32_t *live;
     pi_act_store q;
-    float *part, *acc;
+    float *acc;
 } pi_reglu_scratch;
 
 /* acc = down(relu(gate x) * up x) for one token x of a ReGLU expert, or a run of one (rows of
  * gate and up, the same columns of down): the gate rows, then, since a neuron whose gate is <= 0
  * adds exactly 0, only the live neurons' up rows and the column blocks of down holding a live
- * neuron (each stretch of consecutive live blocks one product into part, added to acc in order).
+ * neuron (one pass over down's rows, in llama.cpp's order, the all-zero blocks skipped).
  * On the context's pool (pooled) or on the calling thread alone. Returns the live neurons;
  * *bytes = the weight bytes read. pi_ffn_moe's one-token experts and the expert split's runs. */
 int pi_reglu_token(pi_context *c, const pi_weight *gate, const pi_weight *up, const pi_weight *down, pi_act x,

@@ -38,13 +38,12 @@ int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
     s->q = malloc((k * ff / QK + 1) * sizeof *s->q);
     s->acc = malloc(k * runs * d * sizeof *s->acc);
     s->live = malloc(k * ff * sizeof *s->live);
-    s->part = malloc(k * runs * d * sizeof *s->part);
     s->rows_done = malloc(k * runs * sizeof *s->rows_done);
     s->bytes_done = malloc(k * runs * sizeof *s->bytes_done);
     s->hot_sum = malloc(k * d * sizeof *s->hot_sum);
     s->out = malloc(k * d * sizeof *s->out);
     if (!s->hot || !s->expert || !s->weight || !s->has_hot || !s->cpu_units || !s->dev_units || !s->g || !s->u ||
-        !s->q || !s->acc || !s->live || !s->part || !s->rows_done || !s->bytes_done || !s->hot_sum || !s->out) {
+        !s->q || !s->acc || !s->live || !s->rows_done || !s->bytes_done || !s->hot_sum || !s->out) {
         pi_expert_split_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for the expert split");
     }
@@ -56,7 +55,7 @@ void pi_expert_split_free(pi_context *c) {
     pi_expert_split *s = c->xsplit;
     if (!s) return;
     free(s->hot); free(s->expert); free(s->weight); free(s->has_hot); free(s->cpu_units); free(s->dev_units);
-    free(s->g); free(s->u); free(s->q); free(s->acc); free(s->live); free(s->part);
+    free(s->g); free(s->u); free(s->q); free(s->acc); free(s->live);
     free(s->rows_done); free(s->bytes_done); free(s->hot_sum); free(s->out);
     free(s);
     c->xsplit = NULL;
@@ -91,7 +90,7 @@ uint64_t pi_expert_run_bytes(const pi_expert_run_rows *w) {
 static void run_live(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *w, int unit, size_t at) {
     const size_t d = (size_t)c->model->info.n_embd;
     const pi_reglu_scratch scratch = { s->g + at, s->u + at, s->live + at, { s->q + at / QK, NULL },
-                                       s->part + (size_t)unit * d, s->acc + (size_t)unit * d };
+                                       s->acc + (size_t)unit * d };
     int64_t bytes;
     s->rows_done[unit] += pi_reglu_token(c, &w->gate, &w->up, &w->down, s->x, &scratch, 0, &bytes);
     s->bytes_done[unit] += bytes;

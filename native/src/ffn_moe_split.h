@@ -57,7 +57,6 @@ typedef struct pi_expert_split {
     block_q8x *q;          /* [k][n_ff_exp / 32] the activation quantized */
     float *acc;            /* [k][runs][n_embd] each unit's partial down sum */
     int32_t *live;         /* [k][n_ff_exp] a ReGLU run's live neurons (gate > 0), run-relative */
-    float *part;           /* [k][runs][n_embd] a ReGLU run's stretch of down, before it is added to its slot */
     int32_t *rows_done;    /* [k][runs] neurons each unit computed: counts the work actually done */
     int64_t *bytes_done;   /* [k][runs] and the weight bytes it read */
     float *hot_sum;        /* [k][n_embd] each expert's hot slots folded in run order */

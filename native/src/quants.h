@@ -217,8 +217,7 @@ static inline PI_HOST_DEVICE float pi_act_as_weight_type(int type, float x) {
 enum { PI_GROUP_ROWS = 16 };
 /* The types with the grouped layout, X(T, ...) for each, as PI_TYPES passes its extra arguments. */
 #define PI_GROUPED_TYPES(X, ...)                                                                                      \
-    X(Q4_0, __VA_ARGS__) X(Q4_1, __VA_ARGS__) X(Q5_0, __VA_ARGS__) X(Q5_1, __VA_ARGS__) X(Q8_0, __VA_ARGS__)         \
-    X(Q4_K, __VA_ARGS__) X(Q5_K, __VA_ARGS__) X(Q6_K, __VA_ARGS__)
+    X(Q4_0, __VA_ARGS__) X(Q4_K, __VA_ARGS__) X(Q5_K, __VA_ARGS__) X(Q6_K, __VA_ARGS__)
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -11,14 +11,13 @@
  * activations are read once per group, not once per row, and the per-block float work is done
  * for 16 rows in one vector.
  *
- * For the 4-bit formats a quant byte holds weight k in its low nibble and weight k + 16 in its
- * high one (as in their blocks), so the low nibbles of chunk j are weights 4j .. 4j + 3 and the
- * high ones weights 16 + 4j ..; for Q8_0 chunk j is weights 4j .. 4j + 3. So in every format the
- * k-th 4-byte group of a row holds its weights 4k .. 4k + 3. The 5-bit formats' high bits are
- * regrouped the same way, into 8 masks of 64 bits before the quants: bit 4r + i of mask k is bit
- * 4 of row r's weight 4k + i, so that one masked byte add sets them for 16 rows at once. The
- * K-quants' fields keep their bytes (kgroups.h reads them). A group block has exactly the bytes
- * of its 16 blocks, moved. */
+ * For Q4_0 a quant byte holds weight k in its low nibble and weight k + 16 in its high one (as in
+ * its blocks), so the low nibbles of chunk j are weights 4j .. 4j + 3 and the high ones weights
+ * 16 + 4j ... The K-quants' fields keep their bytes (kgroups.h reads them). A group block has
+ * exactly the bytes of its 16 blocks, moved.
+ *
+ * Only the formats whose dot product llama.cpp sums one float per row are grouped (Q4_0, the
+ * K-quants; kernels.h's pi_dot_order says why the others are not). */
 #include <stddef.h>
 #include <string.h>
 
@@ -32,9 +31,8 @@ int pi_groups_hold(uint32_t type) {
     }
 }
 
-/* A block's fields, in order: fp16 values, byte arrays, and the 5-bit formats' qh words, whose
- * bits go into masks one by one. */
-enum { HALF, BYTES, BITS };
+/* A block's fields, in order: fp16 values and byte arrays. */
+enum { HALF, BYTES };
 typedef struct {
     size_t offset, bytes;
     int kind;
@@ -46,14 +44,6 @@ typedef struct {
 static int fields_of(uint32_t type, field f[5]) {
     switch (type) {
     case PI_TYPE_Q4_0: return f[0] = (field)FIELD(q4_0, d, HALF), f[1] = (field)FIELD(q4_0, qs, BYTES), 2;
-    case PI_TYPE_Q4_1:
-        return f[0] = (field)FIELD(q4_1, d, HALF), f[1] = (field)FIELD(q4_1, m, HALF), f[2] = (field)FIELD(q4_1, qs, BYTES), 3;
-    case PI_TYPE_Q5_0:
-        return f[0] = (field)FIELD(q5_0, d, HALF), f[1] = (field)FIELD(q5_0, qh, BITS), f[2] = (field)FIELD(q5_0, qs, BYTES), 3;
-    case PI_TYPE_Q5_1:
-        return f[0] = (field)FIELD(q5_1, d, HALF), f[1] = (field)FIELD(q5_1, m, HALF), f[2] = (field)FIELD(q5_1, qh, BITS),
-               f[3] = (field)FIELD(q5_1, qs, BYTES), 4;
-    case PI_TYPE_Q8_0: return f[0] = (field)FIELD(q8_0, d, HALF), f[1] = (field)FIELD(q8_0, qs, BYTES), 2;
     case PI_TYPE_Q4_K:
         return f[0] = (field)FIELD(q4_K, d, HALF), f[1] = (field)FIELD(q4_K, dmin, HALF),
                f[2] = (field)FIELD(q4_K, scales, BYTES), f[3] = (field)FIELD(q4_K, qs, BYTES), 4;
@@ -76,31 +66,20 @@ static size_t piece_at(const field *f, int r, size_t k) {
     return PI_GROUP_ROWS * f->offset + (f->kind == HALF ? 2 * (size_t)r : 64 * k + 4 * (size_t)r);
 }
 
-/* Where bit j of row r's qh word lies in the masks: bit 4r + j % 4 of mask j / 4. */
-static size_t bit_at(const field *f, int r, int j) { return 8 * PI_GROUP_ROWS * f->offset + (size_t)(64 * (j / 4) + 4 * r + j % 4); }
-
-static int bit(const uint8_t *p, size_t i) { return (p[i / 8] >> (i % 8)) & 1; }
-
-static void set_bit(uint8_t *p, size_t i, int v) { p[i / 8] = (uint8_t)((p[i / 8] & ~(1u << i % 8)) | (unsigned)v << i % 8); }
-
 /* One group block from the same block of 16 rows (the row r part of it), and row r's block back out. */
 static void pack_block(const field *f, int nf, const uint8_t *block, int r, uint8_t *group_block) {
     for (int i = 0; i < nf; i++) {
         const size_t n = f[i].bytes / piece_bytes(&f[i]);
-        for (size_t k = 0; f[i].kind != BITS && k < n; k++)
+        for (size_t k = 0; k < n; k++)
             memcpy(group_block + piece_at(&f[i], r, k), block + f[i].offset + k * piece_bytes(&f[i]), piece_bytes(&f[i]));
-        for (int j = 0; f[i].kind == BITS && j < 8 * (int)f[i].bytes; j++)
-            set_bit(group_block, bit_at(&f[i], r, j), bit(block + f[i].offset, (size_t)j));
     }
 }
 
 static void unpack_block(const field *f, int nf, const uint8_t *group_block, int r, uint8_t *block) {
     for (int i = 0; i < nf; i++) {
         const size_t n = f[i].bytes / piece_bytes(&f[i]);
-        for (size_t k = 0; f[i].kind != BITS && k < n; k++)
+        for (size_t k = 0; k < n; k++)
             memcpy(block + f[i].offset + k * piece_bytes(&f[i]), group_block + piece_at(&f[i], r, k), piece_bytes(&f[i]));
-        for (int j = 0; f[i].kind == BITS && j < 8 * (int)f[i].bytes; j++)
-            set_bit(block + f[i].offset, (size_t)j, bit(group_block, bit_at(&f[i], r, j)));
     }
 }
 

@@ -1,7 +1,7 @@
 /* isa_avx2.h - the AVX2 tier's (avx2.c) own part of the walks in walk.h: the tile shape, the
  * integer dot, the float tile and the axpy block loop, over simd.h's per-type decoding.
  *
- * Block formats use the pair scheme of simd.h with vpmaddubsw + vpmaddwd as the integer dot;
+ * Block formats use simd.h's weight blocks with vpmaddubsw + vpmaddwd as the integer dot;
  * Q8_0 weights stay signed and use the sign trick. A tile is 4 rows x 2 tokens (4 x 1 in
  * decode): 8 accumulators keep both FMA pipes busy and, with 16 ymm registers, the spills
  * stay cheap reloads. Float rows hand their last n % 8 weights to the reference.
@@ -14,13 +14,11 @@
 
 enum { TILE_R = 4, TILE_T = 2 }; /* rows and tokens per full tile */
 
-/* vpmaddubsw multiplies unsigned by signed bytes and adds adjacent pairs into int16 (at most
- * 2 * 128 * 127, which fits), vpmaddwd with ones widens those to dword lanes. */
-INLINE __m256i pair_isum(__m256i init, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(w_lo, x_lo), ones);
-    const __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(w_hi, x_hi), ones);
-    return _mm256_add_epi32(init, _mm256_add_epi32(lo, hi));
+/* Each dword lane of init plus the products of its 4 unsigned w and signed x bytes: vpmaddubsw
+ * adds adjacent pairs into int16 (at most 2 * 128 * 127, which fits), vpmaddwd with ones widens
+ * those to dwords. */
+INLINE __m256i lane_isum(__m256i init, __m256i w, __m256i x) {
+    return _mm256_add_epi32(init, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
 }
 
 /* ---- float matmul ---- */

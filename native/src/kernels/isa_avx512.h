@@ -1,12 +1,11 @@
 /* isa_avx512.h - the AVX-512 tier's (avx512.c) own part of the walks in walk.h: the tile shape,
  * the integer dot, the float tile and the axpy block loop, over simd.h's per-type decoding.
  *
- * Block formats use the pair scheme of simd.h with vpdpbusd as the integer dot. That work is
- * on ymm, not zmm: Zen 4 runs a zmm op as two ymm halves, so zmm buys nothing there, while
- * ymm lets a pair's sums land in the lanes its scales need.
+ * Block formats use simd.h's weight blocks with vpdpbusd as the integer dot. That work is on
+ * ymm, not zmm: a block is one ymm, and Zen 4 runs a zmm op as two ymm halves anyway.
  *
- * A matmul walks tiles of 4 rows x 4 tokens (4 x 1 in decode): each weight pair is decoded
- * once per tile and each activation pair loaded once per tile. Float weights (F32, F16, BF16)
+ * A matmul walks tiles of 4 rows x 4 tokens (4 x 1 in decode): each weight block is decoded
+ * once per tile and each activation block loaded once per tile. Float weights (F32, F16, BF16)
  * take the same walk with zmm FMAs and masked loads for the row tail.
  *
  * axpy_rows (the sparse FFN's down projection) is float work, on zmm for the block formats:
@@ -17,10 +16,9 @@
 
 enum { TILE_R = 4, TILE_T = 4 }; /* rows and tokens per full tile */
 
-/* vpdpbusd does the unsigned x signed products and their sum in one instruction. */
-INLINE __m256i pair_isum(__m256i init, __m256i w_lo, __m256i w_hi, __m256i x_lo, __m256i x_hi) {
-    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(init, w_lo, x_lo), w_hi, x_hi);
-}
+/* Each dword lane of init plus the products of its 4 unsigned w and signed x bytes, in one
+ * instruction. */
+INLINE __m256i lane_isum(__m256i init, __m256i w, __m256i x) { return _mm256_dpbusd_epi32(init, w, x); }
 
 /* ---- float matmul ---- */
 

@@ -9,6 +9,18 @@
 
 enum { PI_IMPL_AUTO = 0, PI_IMPL_REF = 1, PI_IMPL_AVX2 = 2, PI_IMPL_AVX512 = 3 };
 
+/* The order a row's dot product over 32-weight blocks sums in: llama.cpp's, on x86, so that
+ * our 8-bit activations round as its do (a last-bit difference moves a value across a rounding
+ * boundary now and then, and in a mixture of experts can flip a near-tied routing).
+ * - PI_DOT_LANES (ggml's vec_dot and its tinyBLAS): eight float lanes, lane l adding
+ *   fma(d_w * d_x, the integer sum of products 4l .. 4l + 3, lane l) for each block, the lanes
+ *   summed at the end as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); the formats with a
+ *   minimum sum their m * s_x terms apart, an fma per block, and add them last.
+ * - PI_DOT_BLOCKS (Q4_0, which llama.cpp repacks 8 rows together on AVX2 and sums in its gemv):
+ *   one float, fma(the block's integer sum, d_w * d_x, sum) for each block. */
+enum { PI_DOT_LANES, PI_DOT_BLOCKS };
+static inline int pi_dot_order(int type) { return type == PI_TYPE_Q4_0 ? PI_DOT_BLOCKS : PI_DOT_LANES; }
+
 /* An activation batch of nt rows of n values, in every form: float (for F32/F16/BF16
  * weights) and quantized, in 32-value blocks for the block formats (present when n % 32 == 0)
  * and in 256-value blocks for the K-quants (present when n % 256 == 0). */

@@ -82,18 +82,43 @@ static void decode_block(int type, const uint8_t *block, decoded_block *w) {
     }
 }
 
-/* dot(w, x) = d * dx * sum(q * qx) + m * sum(dx * qx); the second sum is x->s. */
-float pi_ref_dot_blocks(int type, const void *row, const block_q8x *x, int b0, int nb) {
-    const int block_bytes = (int)pi_type_block_bytes((uint32_t)type);
-    float sum = 0.0f;
-    for (int b = b0; b < nb; b++) {
-        decoded_block w;
-        decode_block(type, (const uint8_t *)row + (size_t)b * block_bytes, &w);
-        int32_t isum = 0;
-        for (int j = 0; j < QK; j++) isum += w.q[j] * x[b].qs[j];
-        sum += w.d * x[b].d * (float)isum + w.m * x[b].s;
+/* A row's dot product part way through its blocks, summed in pi_dot_order(type). */
+typedef struct {
+    float lane[8]; /* PI_DOT_LANES: lane l, products 4l .. 4l + 3 of each block */
+    float sum;     /* PI_DOT_BLOCKS */
+    float mins;    /* m * s_x, for the formats with a minimum */
+} dot_sum;
+
+/* add dot(w, x) = d * dx * sum(q * qx) + m * sum(dx * qx) of one block; the second sum is x->s */
+static void dot_add_block(int type, const uint8_t *block, const block_q8x *x, dot_sum *acc) {
+    decoded_block w;
+    decode_block(type, block, &w);
+    const float d = w.d * x->d;
+    int32_t isum[8] = { 0 };
+    for (int j = 0; j < QK; j++) isum[j / 4] += w.q[j] * x->qs[j];
+    if (pi_dot_order(type) == PI_DOT_BLOCKS) {
+        acc->sum = fmaf((float)(isum[0] + isum[1] + isum[2] + isum[3] + isum[4] + isum[5] + isum[6] + isum[7]), d,
+                        acc->sum);
+    } else {
+        for (int l = 0; l < 8; l++) acc->lane[l] = fmaf(d, (float)isum[l], acc->lane[l]);
     }
-    return sum;
+    acc->mins = fmaf(w.m, x->s, acc->mins); /* m = 0 adds nothing */
+}
+
+static float dot_total(int type, const dot_sum *acc) {
+    const float *l = acc->lane;
+    const float total = pi_dot_order(type) == PI_DOT_BLOCKS
+                            ? acc->sum
+                            : ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    return total + acc->mins;
+}
+
+/* dot(a block-type row, x) over its nb blocks */
+static float dot_blocks(int type, const void *row, const block_q8x *x, int nb) {
+    const size_t block_bytes = pi_type_block_bytes((uint32_t)type);
+    dot_sum acc = { { 0 }, 0, 0 };
+    for (int b = 0; b < nb; b++) dot_add_block(type, (const uint8_t *)row + (size_t)b * block_bytes, x + b, &acc);
+    return dot_total(type, &acc);
 }
 
 static float load_float(int type, const void *row, int i) {
@@ -117,14 +142,14 @@ static void matmul(int type, const void *W, size_t row_bytes, const int32_t *idx
     for (int i = 0; i < nr; i++) {
         const uint8_t *row = pi_matmul_row(W, row_bytes, idx, r0, i);
         for (int t = 0; t < nt; t++) {
-            Y[(size_t)t * y_stride + i] = blocks ? pi_ref_dot_blocks(type, row, x.q + (size_t)t * nb, 0, nb)
+            Y[(size_t)t * y_stride + i] = blocks ? dot_blocks(type, row, x.q + (size_t)t * nb, nb)
                                                  : pi_ref_dot_floats(type, row, x.f + (size_t)t * x.n, 0, x.n);
         }
     }
 }
 
-/* Over grouped weights: each block of a row taken back out of its group (once, for every token),
- * then the same dot in the same order, so that the result is the row-major one to the bit. */
+/* Over grouped weights: each block of a row taken back out of its group, then the same dot in
+ * the same order, so that the result is the row-major one to the bit. */
 static void matmul_grouped(int type, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
                            pi_act x, int nt, float *Y, int y_stride) {
     const int nb = x.n / QK;
@@ -132,15 +157,16 @@ static void matmul_grouped(int type, const void *W, size_t row_bytes, const int3
         kq_matmul_rows(type, 1, W, row_bytes, idx, r0, nr, x, nt, Y, y_stride);
         return;
     }
-    for (int i = 0; i < nr; i++) {
-        for (int t = 0; t < nt; t++) Y[(size_t)t * y_stride + i] = 0.0f;
-        for (int b = 0; b < nb; b++) {
-            uint8_t block[sizeof(block_q8_0)];
-            pi_group_row_block((uint32_t)type, W, row_bytes, r0 + i, (size_t)b, block);
-            for (int t = 0; t < nt; t++)
-                Y[(size_t)t * y_stride + i] += pi_ref_dot_blocks(type, block, x.q + (size_t)t * nb + b, 0, 1);
+    for (int i = 0; i < nr; i++)
+        for (int t = 0; t < nt; t++) {
+            dot_sum acc = { { 0 }, 0, 0 };
+            for (int b = 0; b < nb; b++) {
+                uint8_t block[sizeof(block_q8_0)];
+                pi_group_row_block((uint32_t)type, W, row_bytes, r0 + i, (size_t)b, block);
+                dot_add_block(type, block, x.q + (size_t)t * nb + b, &acc);
+            }
+            Y[(size_t)t * y_stride + i] = dot_total(type, &acc);
         }
-    }
 }
 
 /* The 32 weights of one block as floats, w = d * q + m: what dequant stores and axpy_rows adds. */

@@ -1,12 +1,10 @@
-/* ref.h - what the SIMD tiers borrow from the scalar reference: the dot products and axpys they
- * hand their leftovers to, compiled once in ref.c without FMA so that the leftovers round as the
- * reference does. Private to native/src/kernels. */
+/* ref.h - what the SIMD tiers borrow from the scalar reference: the float dot products and axpys
+ * they hand their leftovers to, compiled once in ref.c without FMA so that the leftovers round as
+ * the reference does. Private to native/src/kernels. */
 #ifndef PI_KERNELS_REF_H
 #define PI_KERNELS_REF_H
 #include "kernels.h"
 
-/* Sum over blocks b0 <= b < nb of dot(block b of a block-type row, x[b]). */
-float pi_ref_dot_blocks(int type, const void *row, const block_q8x *x, int b0, int nb);
 /* Sum over i0 <= i < n of row[i] * x[i] for an F32, F16 or BF16 row. */
 float pi_ref_dot_floats(int type, const void *row, const float *x, int i0, int n);
 /* The reference dequantization of one row (the SIMD tiers use it for float rows). */

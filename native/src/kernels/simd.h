@@ -4,14 +4,12 @@
  * dequant. It calls nothing of the tiers': their own instructions (isa_avx2.h, isa_avx512.h)
  * and the walks built on them (walk.h) sit above it.
  *
- * Block formats work on pairs of 32-weight blocks a, b held as two ymm, lo = [a 0-15, b 0-15]
- * and hi = [a 16-31, b 16-31]: the two halves' products summed per dword lane leave 4 lanes of
- * a and then 4 of b, so a pair's float work is one ymm and needs no shuffle of the sums. The
- * weights are unsigned bytes (an offset the formats already have: Q4_0 stores q + 8, Q5_0
- * q + 16; Q8_0 gets + 128 or stays signed, as the tier's dot needs), multiplied with the signed
- * activation bytes, and the offset comes back in integers by starting each lane at
- * -offset * sum(x over the lane). Each lane is scaled by d_w * d_x of its block into a float
- * accumulator; lanes are summed once per output.
+ * Block formats hold a 32-weight block as one ymm of bytes in weight order, so that dword lane l
+ * sums products 4l .. 4l + 3, as ggml's vec_dot does (kernels.h's pi_dot_order: llama.cpp's
+ * summation order, which the row-major tiles of walk.h reproduce bit for bit). The weights are
+ * unsigned bytes (an offset the formats already have: Q4_0 stores q + 8, Q5_0 q + 16; Q8_0 gets
+ * + 128 or stays signed, as the tier's dot needs), multiplied with the signed activation bytes,
+ * and the offset comes back in integers by starting each lane at -offset * sum(x over the lane).
  *
  * The down projection of the sparse FFN, y += sum_j a_j * row_j (axpy_rows), is float work: a
  * block's 32 weights become floats, scaled by a d and summed into y with FMAs. The scales and
@@ -79,32 +77,16 @@ INLINE __m256 load_float8(int type, const void *row, int i) {
     default: PI_BAD_TYPE();
     }
 }
-/* ---- weight pairs ---- */
 
-/* A pair of weight blocks: 64 weights, the scales as [d0, m0, d1, m1] (m = 0 for the formats
- * without a minimum), d spread over the lanes [d0 x 4, d1 x 4], and [0, m0, 0, m1]. */
+/* ---- weight blocks ---- */
+
+/* A weight block for the integer dot: its 32 quants as bytes in weight order, made unsigned by
+ * weight_offset(), and its d and m (m = 0 for the formats without a minimum). In weight order
+ * dword lane l holds weights 4l .. 4l + 3: the lanes ggml's vec_dot sums in (pi_dot_order). */
 typedef struct {
-    __m256i lo, hi;
-    __m128 dm, m;
-    __m256 d8;
-} wpair;
-
-/* [lane 0 x 4, lane 2 x 4] of a 4-float vector: one block's value over its 4 dword lanes. */
-INLINE __m256 spread_pair(__m128 v) {
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
-}
-
-/* 16 bytes at p0 and 16 at p1 as one ymm. */
-INLINE __m256i load_halves(const uint8_t *p0, const uint8_t *p1) {
-    return _mm256_loadu2_m128i((const __m128i *)p1, (const __m128i *)p0);
-}
-
-/* Each block keeps weights 0-15 in the low nibbles of its 16 bytes and 16-31 in the high ones. */
-INLINE void unpack_nibble_pair(wpair *w, const uint8_t *qs0, const uint8_t *qs1) {
-    const __m256i v = load_halves(qs0, qs1), mask = _mm256_set1_epi8(0x0f);
-    w->lo = _mm256_and_si256(v, mask);
-    w->hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-}
+    __m256i q;
+    float d, m;
+} wblock;
 
 /* q + 16 in the bytes whose bit is set in `bits`. */
 INLINE __m256i add_bit4(__m256i q, uint32_t bits) {
@@ -120,61 +102,35 @@ INLINE __m256i add_bit4(__m256i q, uint32_t bits) {
 #endif
 }
 
-/* The 5-bit formats: bit j of each block's qh word is bit 4 of its weight j; regrouped in the
- * pair's order the two words give the bits of lo and of hi. */
-INLINE void add_high_bits(wpair *w, const uint8_t *qh0, const uint8_t *qh1) {
-    const uint32_t ha = load_u32(qh0), hb = load_u32(qh1);
-    w->lo = add_bit4(w->lo, (ha & 0xffff) | hb << 16);
-    w->hi = add_bit4(w->hi, ha >> 16 | (hb & 0xffff0000u));
+/* The 4- and 5-bit blocks keep weights 0-15 in the low nibbles of their 16 bytes and 16-31 in
+ * the high ones; the 5-bit ones add bit 4 of weight j as bit j of the word qh. */
+INLINE __m256i unpack_nibbles(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
 }
 
-INLINE void set_scales(wpair *w, uint32_t dm0, uint32_t dm1) {
-    w->dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)dm0), (int)dm1, 1));
-    w->d8 = spread_pair(w->dm);
-    w->m = _mm_blend_ps(_mm_setzero_ps(), w->dm, 0x0a);
-}
-
-/* Q8_0: signed bytes, made unsigned by flipping the sign bit (+128) where the tier wants it. */
-INLINE void byte_pair(wpair *w, const uint8_t *qs0, const uint8_t *qs1) {
-    w->lo = load_halves(qs0, qs1);
-    w->hi = load_halves(qs0 + 16, qs1 + 16);
-    if (weight_offset(PI_TYPE_Q8_0)) {
-        const __m256i flip = _mm256_set1_epi8((char)0x80);
-        w->lo = _mm256_xor_si256(w->lo, flip);
-        w->hi = _mm256_xor_si256(w->hi, flip);
-    }
-}
-
-/* dm0/dm1: each block's fp16 d in the low half and m (or 0) in the high half. */
-INLINE wpair load_wpair(int type, const uint8_t *b0, const uint8_t *b1) {
-    wpair w;
+INLINE wblock load_wblock(int type, const uint8_t *block) {
+    wblock w;
+    w.d = pi_fp16_to_f32((pi_fp16)load_u16(block));
+    w.m = has_min(type) ? pi_fp16_to_f32((pi_fp16)load_u16(block + 2)) : 0.0f;
     switch (type) {
-    case PI_TYPE_Q4_0:
-        unpack_nibble_pair(&w, b0 + offsetof(block_q4_0, qs), b1 + offsetof(block_q4_0, qs));
-        set_scales(&w, load_u16(b0), load_u16(b1));
-        break;
-    case PI_TYPE_Q4_1:
-        unpack_nibble_pair(&w, b0 + offsetof(block_q4_1, qs), b1 + offsetof(block_q4_1, qs));
-        set_scales(&w, load_u32(b0), load_u32(b1));
-        break;
+    case PI_TYPE_Q4_0: w.q = unpack_nibbles(block + offsetof(block_q4_0, qs)); break;
+    case PI_TYPE_Q4_1: w.q = unpack_nibbles(block + offsetof(block_q4_1, qs)); break;
     case PI_TYPE_Q5_0:
-        unpack_nibble_pair(&w, b0 + offsetof(block_q5_0, qs), b1 + offsetof(block_q5_0, qs));
-        add_high_bits(&w, b0 + offsetof(block_q5_0, qh), b1 + offsetof(block_q5_0, qh));
-        set_scales(&w, load_u16(b0), load_u16(b1));
+        w.q = add_bit4(unpack_nibbles(block + offsetof(block_q5_0, qs)), load_u32(block + offsetof(block_q5_0, qh)));
         break;
     case PI_TYPE_Q5_1:
-        unpack_nibble_pair(&w, b0 + offsetof(block_q5_1, qs), b1 + offsetof(block_q5_1, qs));
-        add_high_bits(&w, b0 + offsetof(block_q5_1, qh), b1 + offsetof(block_q5_1, qh));
-        set_scales(&w, load_u32(b0), load_u32(b1));
+        w.q = add_bit4(unpack_nibbles(block + offsetof(block_q5_1, qs)), load_u32(block + offsetof(block_q5_1, qh)));
         break;
-    case PI_TYPE_Q8_0:
-        byte_pair(&w, b0 + offsetof(block_q8_0, qs), b1 + offsetof(block_q8_0, qs));
-        set_scales(&w, load_u16(b0), load_u16(b1));
+    case PI_TYPE_Q8_0: /* signed bytes, made unsigned by flipping the sign bit (+128) where the tier wants it */
+        w.q = _mm256_loadu_si256((const __m256i *)(block + offsetof(block_q8_0, qs)));
+        if (weight_offset(PI_TYPE_Q8_0)) w.q = _mm256_xor_si256(w.q, _mm256_set1_epi8((char)0x80));
         break;
     default: PI_BAD_TYPE();
     }
     return w;
 }
+
 /* ---- axpy over rows, and dequant ---- */
 
 

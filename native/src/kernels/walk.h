@@ -1,12 +1,14 @@
 /* walk.h - the SIMD tiers' matmul and axpy over rows, on the instructions of the tier that
  * includes it (isa_avx2.h or isa_avx512.h, chosen by the instruction set it is compiled for)
- * and the block decoding of simd.h: the weight and activation pairs, the block tile, the walk
- * over tiles and the walk over the rows of the sparse FFN.
+ * and the block decoding of simd.h: the activation blocks, the block tile, the walk over tiles
+ * and the walk over the rows of the sparse FFN.
  *
  * walk_tiles() calls the tiles with constant shapes, so every shape compiles to its own
  * unrolled body. Private to native/src/kernels. */
 #ifndef PI_KERNELS_WALK_H
 #define PI_KERNELS_WALK_H
+#include <math.h>
+
 #include "simd.h"
 #if defined(__AVX512VNNI__)
 #include "isa_avx512.h"
@@ -14,92 +16,111 @@
 #include "isa_avx2.h"
 #endif
 
-/* ---- activation pairs ---- */
+/* ---- activation blocks ---- */
 
-/* A pair of activation blocks in the same lo/hi order, [d0, s0, d1, s1], d spread over the
- * lanes, and the integer start of each lane's dot product, -offset * sum(x over the lane). */
+/* An activation block: its 32 bytes, d and s, and the integer start of each dword lane's dot,
+ * -offset * sum(x over the lane). */
 typedef struct {
-    __m256i lo, hi, base;
-    __m128 ds;
-    __m256 d8;
-} xpair;
+    __m256i q, base;
+    float d, s;
+} xblock;
 
-INLINE xpair load_xpair(int type, const block_q8x *x) {
-    xpair p;
-    p.lo = load_halves((const uint8_t *)x[0].qs, (const uint8_t *)x[1].qs);
-    p.hi = load_halves((const uint8_t *)x[0].qs + 16, (const uint8_t *)x[1].qs + 16);
-    p.ds = _mm_loadh_pi(_mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)&x[0].d), (const __m64 *)&x[1].d);
-    p.d8 = spread_pair(p.ds);
-    p.base = _mm256_setzero_si256();
-    if (weight_offset(type)) {
-        const __m256i off = _mm256_set1_epi8((char)weight_offset(type));
-        p.base = _mm256_sub_epi32(p.base, pair_isum(p.base, off, off, p.lo, p.hi));
-    }
-    return p;
+INLINE xblock load_xblock(int type, const block_q8x *x) {
+    xblock a;
+    a.q = _mm256_loadu_si256((const __m256i *)x->qs);
+    a.d = x->d;
+    a.s = x->s;
+    a.base = _mm256_setzero_si256();
+    if (weight_offset(type))
+        a.base = _mm256_sub_epi32(a.base, lane_isum(a.base, _mm256_set1_epi8((char)weight_offset(type)), a.q));
+    return a;
 }
 
 /* ---- the block tile ---- */
 
-/* acc += m0 * s0 + m1 * s1, in lanes 1 and 3. */
-INLINE __m256 add_min_term(const wpair *w, const xpair *x, __m256 acc) {
-#if defined(__AVX512VL__)
-    return _mm256_mask3_fmadd_ps(_mm256_castps128_ps256(w->dm), _mm256_castps128_ps256(x->ds), acc, 0x0a);
-#else
-    return _mm256_fmadd_ps(_mm256_zextps128_ps256(w->m), _mm256_zextps128_ps256(x->ds), acc);
-#endif
+/* A weight block's integer dot with an activation block, per dword lane. Signed Q8_0 weights use
+ * the sign trick, |w| * (x * sign(w)), exact because activations never hold -128. */
+INLINE __m256i block_isum(int type, const wblock *w, const xblock *x) {
+    if (type == PI_TYPE_Q8_0 && !weight_offset(type))
+        return lane_isum(_mm256_setzero_si256(), _mm256_abs_epi8(w->q), _mm256_sign_epi8(x->q, w->q));
+    return lane_isum(x->base, w->q, x->q);
 }
 
-/* acc += the pair's dot product over [a x 4, b x 4] lanes. Signed Q8_0 weights use the sign
- * trick, |w| * (x * sign(w)), exact because activations never hold -128. */
-INLINE __m256 pair_dot(int type, const wpair *w, const xpair *x, __m256 acc) {
-    __m256i dot;
-    if (type == PI_TYPE_Q8_0 && !weight_offset(type))
-        dot = pair_isum(_mm256_setzero_si256(), _mm256_abs_epi8(w->lo), _mm256_abs_epi8(w->hi),
-                        _mm256_sign_epi8(x->lo, w->lo), _mm256_sign_epi8(x->hi, w->hi));
-    else
-        dot = pair_isum(x->base, w->lo, w->hi, x->lo, x->hi);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w->d8, x->d8), acc);
-    return has_min(type) ? add_min_term(w, x, acc) : acc;
+/* The whole integer sums of 4 blocks' lanes, block r in lane r (integers: exact in any order). */
+INLINE __m128i block_isums4(const __m256i s[MAX_TILE_ROWS]) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
 /* Y[t * y_stride + r] for R <= MAX_TILE_ROWS rows x T <= MAX_TILE_TOKENS tokens from token t0
- * on, touching the addresses `ahead` (one per row, advancing as the row does) so they come from
- * DRAM while the tile computes. An odd last block goes to the reference. */
+ * on, summed in pi_dot_order(type): PI_DOT_LANES in 8 float lanes per row and token (and the
+ * minimums' terms apart), PI_DOT_BLOCKS in one float per row and token, the tile's rows side by
+ * side in the lanes of one register. `ahead` holds an address per row, advancing as the row
+ * does, to touch so that it comes from DRAM while the tile computes. */
 INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
                         int t0, float *Y, int y_stride) {
     const size_t bb = block_bytes(type);
-    const int nb = x.n / QK;
+    const int nb = x.n / QK, lanes = pi_dot_order(type) == PI_DOT_LANES;
     const block_q8x *xs[MAX_TILE_TOKENS];
     __m256 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS];
+    float mins[MAX_TILE_ROWS][MAX_TILE_TOKENS];
+    __m128 sums[MAX_TILE_TOKENS];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) xs[t] = x.q + (size_t)(t0 + t) * nb;
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-
-    for (int b = 0; b + 1 < nb; b += 2) {
-        xpair xp[MAX_TILE_TOKENS];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) xp[t] = load_xpair(type, xs[t] + b);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            for (size_t off = 0; off < 2 * bb; off += 64)
-                _mm_prefetch((const char *)(ahead[r] + b * bb + off), _MM_HINT_T1);
-            const wpair w = load_wpair(type, rows[r] + b * bb, rows[r] + (b + 1) * bb);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) acc[r][t] = pair_dot(type, &w, &xp[t], acc[r][t]);
-        }
+    for (int t = 0; t < T; t++) {
+        xs[t] = x.q + (size_t)(t0 + t) * nb;
+        sums[t] = _mm_setzero_ps();
     }
-
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
-            float y = hsum8(acc[r][t]);
-            if (nb & 1) y += pi_ref_dot_blocks(type, rows[r], xs[t], nb - 1, nb);
-            Y[(size_t)t * y_stride + r] = y;
+            acc[r][t] = _mm256_setzero_ps();
+            mins[r][t] = 0.0f;
         }
+
+    for (int b = 0; b < nb; b++) {
+        int zeros = 1; /* a block of zeros in every token (ReLU's) adds exactly nothing: skipped */
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) zeros &= xs[t][b].d == 0.0f;
+        if (zeros) continue;
+        xblock xb[MAX_TILE_TOKENS];
+        wblock w[MAX_TILE_ROWS];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) xb[t] = load_xblock(type, xs[t] + b);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            _mm_prefetch((const char *)(ahead[r] + b * bb), _MM_HINT_T1);
+            w[r] = load_wblock(type, rows[r] + b * bb);
+        }
+        if (lanes) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m256 f = _mm256_cvtepi32_ps(block_isum(type, &w[r], &xb[t]));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(w[r].d * xb[t].d), f, acc[r][t]);
+                    if (has_min(type)) mins[r][t] = fmaf(w[r].m, xb[t].s, mins[r][t]);
+                }
+            continue;
+        }
+        const __m128 dw = _mm_setr_ps(w[0].d, R > 1 ? w[1].d : 0.0f, R > 2 ? w[2].d : 0.0f, R > 3 ? w[3].d : 0.0f);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m256i s[MAX_TILE_ROWS];
+#pragma GCC unroll 4
+            for (int r = 0; r < MAX_TILE_ROWS; r++) s[r] = r < R ? block_isum(type, &w[r], &xb[t]) : _mm256_setzero_si256();
+            const __m128 f = _mm_cvtepi32_ps(block_isums4(s));
+            sums[t] = _mm_fmadd_ps(f, _mm_mul_ps(dw, _mm_set1_ps(xb[t].d)), sums[t]);
+        }
+    }
+
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        float row_sums[MAX_TILE_ROWS];
+        _mm_storeu_ps(row_sums, sums[t]);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) Y[(size_t)t * y_stride + r] = lanes ? hsum8(acc[r][t]) + mins[r][t] : row_sums[r];
+    }
 }
 
 /* ---- the tile walk ---- */
