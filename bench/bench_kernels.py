@@ -48,7 +48,7 @@ IMPLS = {"ref": 1, "avx2": 2, "avx512": 3}
 # at the 1.1B's ffn_up.
 SHAPES = [("Q4_1", 576, 1536), ("Q4_1", 1536, 576), ("Q8_0", 576, 49152), ("Q4_0", 2048, 5632), ("Q4_0", 5632, 2048),
           ("Q4_K", 1024, 640), ("Q4_K", 2048, 640), ("Q6_K", 2048, 640), ("Q4_K", 2048, 5632), ("Q6_K", 2048, 5632)]
-GROUPED = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
+GROUPED = {"Q4_0", "Q4_K", "Q5_K", "Q6_K"}
 PEAK_OF = {"avx512": "vpdpbusd zmm", "avx2": "vpmaddubsw+vpmaddwd ymm"}
 COLD_BYTES = 128 << 20
 # (type, rows = n_ff, d = n_embd) of ffn_down_t, and the shares of active rows.

@@ -111,8 +111,8 @@ INLINE __m256i unpack_nibbles(const uint8_t *qs) {
 
 INLINE wblock load_wblock(int type, const uint8_t *block) {
     wblock w;
-    w.d = pi_fp16_to_f32((pi_fp16)load_u16(block));
-    w.m = has_min(type) ? pi_fp16_to_f32((pi_fp16)load_u16(block + 2)) : 0.0f;
+    w.d = _cvtsh_ss((unsigned short)load_u16(block));
+    w.m = has_min(type) ? _cvtsh_ss((unsigned short)load_u16(block + 2)) : 0.0f;
     switch (type) {
     case PI_TYPE_Q4_0: w.q = unpack_nibbles(block + offsetof(block_q4_0, qs)); break;
     case PI_TYPE_Q4_1: w.q = unpack_nibbles(block + offsetof(block_q4_1, qs)); break;
