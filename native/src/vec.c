@@ -327,9 +327,41 @@ AVX512 static float dot_f16_avx512(const float *a, const pi_fp16 *b, int n) {
     return (float)sum;
 }
 
+/* four keys' hsum16s at once: the same tree, two keys a register per step */
+AVX512 static __m128 hsum16x4(const __m512 s[4]) {
+    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(s[0], s[1], 0x44), _mm512_shuffle_f32x4(s[0], s[1], 0xee));
+    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(s[2], s[3], 0x44), _mm512_shuffle_f32x4(s[2], s[3], 0xee));
+    const __m512 h = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
+    const __m512 u = _mm512_add_ps(h, _mm512_permute_ps(h, 0x4e)); /* each key: h0 + h2, h1 + h3 */
+    const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+}
+
+/* dot_f16_avx512 of four keys at a time: their accumulators side by side, reduced together */
 AVX512 static void scores_f16_avx512(const float *q, const pi_fp16 *k, size_t stride, int n, int hd, float scale,
                                      float *out) {
-    for (int p = 0; p < n; p++) out[p] = dot_f16_avx512(q, k + (size_t)p * stride, hd) * scale;
+    const int full = hd / 64 * 64;
+    int p = 0;
+    for (; p + 4 <= n; p += 4) {
+        __m512 r[4];
+        for (int c = 0; c < 4; c++) {
+            const pi_fp16 *kc = k + (size_t)(p + c) * stride;
+            __m512 a[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+            for (int i = 0; i < full; i += 64)
+                for (int j = 0; j < 4; j++)
+                    a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16 * j), load_f16x16(kc + i + 16 * j), a[j]);
+            r[c] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        }
+        float sum[4];
+        _mm_storeu_ps(sum, hsum16x4(r));
+        for (int c = 0; c < 4; c++) {
+            const pi_fp16 *kc = k + (size_t)(p + c) * stride;
+            double d = (double)sum[c];
+            for (int i = full; i < hd; i++) d += (double)(q[i] * pi_fp16_to_f32(kc[i]));
+            out[p + c] = (float)d * scale;
+        }
+    }
+    for (; p < n; p++) out[p] = dot_f16_avx512(q, k + (size_t)p * stride, hd) * scale;
 }
 
 /* 16 values of a row, or its last 8 (the rest zeros) when only 8 are left */
@@ -337,21 +369,26 @@ AVX512 static __m512 load_f16x(const pi_fp16 *p, int eight) {
     return eight ? _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p))) : load_f16x16(p);
 }
 
-/* 16 values (or 8) of lane l's sum (see mix_f16_avx512): the positions j * 16 + l of each 64
- * into accumulator a[j], added (0 + 2) + (1 + 3) */
-AVX512 static __m512 mix_lane16(const float *p, const pi_fp16 *v, size_t stride, int n, int l, int eight) {
-    __m512 a[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+/* 16 values (or 8) of the sums of lanes l and l + 8 (see mix_f16_avx512): the positions
+ * j * 16 + l of each 64 into accumulator a[j] (b[j] for l + 8), added (0 + 2) + (1 + 3); the two
+ * lanes together so that 8 chains of fmas overlap */
+AVX512 static void mix_lanes16(const float *p, const pi_fp16 *v, size_t stride, int n, int l, int eight, __m512 y[16]) {
+    __m512 a[4], b[4];
+    for (int j = 0; j < 4; j++) a[j] = b[j] = _mm512_setzero_ps();
     int s = 0;
     for (; s + 64 <= n; s += 64)
         for (int j = 0; j < 4; j++) {
             const int at = s + 16 * j + l;
             a[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)at * stride, eight), _mm512_set1_ps(p[at]), a[j]);
+            b[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)(at + 8) * stride, eight), _mm512_set1_ps(p[at + 8]), b[j]);
         }
-    for (int j = 0; j < 4; j++) /* the last, partial step: its missing positions weigh 0 */
-        if (s + 16 * j + l < n)
-            a[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)(s + 16 * j + l) * stride, eight), _mm512_set1_ps(p[s + 16 * j + l]),
-                                   a[j]);
-    return _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+    for (int j = 0; j < 4; j++) { /* the last, partial step: its missing positions weigh 0 */
+        const int at = s + 16 * j + l;
+        if (at < n) a[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)at * stride, eight), _mm512_set1_ps(p[at]), a[j]);
+        if (at + 8 < n) b[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)(at + 8) * stride, eight), _mm512_set1_ps(p[at + 8]), b[j]);
+    }
+    y[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+    y[l + 8] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
 }
 
 /* out value i = ggml_vec_dot_f16 (AVX-512) of V's transposed row i with the weights: position
@@ -365,7 +402,7 @@ AVX512 static void mix_f16_avx512(const float *p, const pi_fp16 *v, size_t strid
     for (int i = 0; i < hd; i += 16) {
         const int eight = hd - i == 8;
         __m512 y[16];
-        for (int l = 0; l < 16; l++) y[l] = mix_lane16(p, v + i, stride, n, l, eight);
+        for (int l = 0; l < 8; l++) mix_lanes16(p, v + i, stride, n, l, eight, y);
         for (int w = 8; w >= 2; w /= 2) /* halves, halves, then (0 + 2) and (1 + 3) */
             for (int l = 0; l < w; l++) y[l] = _mm512_add_ps(y[l], y[l + w]);
         _mm512_mask_storeu_ps(out + i, eight ? 0x00ff : 0xffff, _mm512_add_ps(y[0], y[1]));
