@@ -369,13 +369,11 @@ AVX512 static __m512 load_f16x(const pi_fp16 *p, int eight) {
     return eight ? _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p))) : load_f16x16(p);
 }
 
-/* 16 values (or 8) of the sums of lanes l and l + 8 (see mix_f16_avx512): the positions
- * j * 16 + l of each 64 into accumulator a[j] (b[j] for l + 8), added (0 + 2) + (1 + 3); the two
- * lanes together so that 8 chains of fmas overlap */
-AVX512 static void mix_lanes16(const float *p, const pi_fp16 *v, size_t stride, int n, int l, int eight, __m512 y[16]) {
-    __m512 a[4], b[4];
-    for (int j = 0; j < 4; j++) a[j] = b[j] = _mm512_setzero_ps();
-    int s = 0;
+/* 16 values (or 8) of lanes l and l + 8 of one query's sums (see mix_f16_avx512), from the
+ * step at s on: the positions j * 16 + l of each 64 into accumulator a[j], those of l + 8 into
+ * b[j], two lanes together so that 8 chains of fmas overlap */
+AVX512 static void mix_lanes_from(const float *p, const pi_fp16 *v, size_t stride, int n, int l, int eight, int s,
+                                  __m512 a[4], __m512 b[4]) {
     for (; s + 64 <= n; s += 64)
         for (int j = 0; j < 4; j++) {
             const int at = s + 16 * j + l;
@@ -387,8 +385,19 @@ AVX512 static void mix_lanes16(const float *p, const pi_fp16 *v, size_t stride, 
         if (at < n) a[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)at * stride, eight), _mm512_set1_ps(p[at]), a[j]);
         if (at + 8 < n) b[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)(at + 8) * stride, eight), _mm512_set1_ps(p[at + 8]), b[j]);
     }
+}
+
+/* lanes l and l + 8's accumulators added (0 + 2) + (1 + 3) into y */
+AVX512 static void mix_lanes_sum(const __m512 a[4], const __m512 b[4], int l, __m512 y[16]) {
     y[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
     y[l + 8] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
+}
+
+/* the lanes' sums y reduced as hsum16 reduces a register's lanes, into 16 values (or 8) of out */
+AVX512 static void mix_store(__m512 y[16], int eight, float *out) {
+    for (int w = 8; w >= 2; w /= 2) /* halves, halves, then (0 + 2) and (1 + 3) */
+        for (int l = 0; l < w; l++) y[l] = _mm512_add_ps(y[l], y[l + w]);
+    _mm512_mask_storeu_ps(out, eight ? 0x00ff : 0xffff, _mm512_add_ps(y[0], y[1]));
 }
 
 /* out value i = ggml_vec_dot_f16 (AVX-512) of V's transposed row i with the weights: position
@@ -402,10 +411,43 @@ AVX512 static void mix_f16_avx512(const float *p, const pi_fp16 *v, size_t strid
     for (int i = 0; i < hd; i += 16) {
         const int eight = hd - i == 8;
         __m512 y[16];
-        for (int l = 0; l < 8; l++) mix_lanes16(p, v + i, stride, n, l, eight, y);
-        for (int w = 8; w >= 2; w /= 2) /* halves, halves, then (0 + 2) and (1 + 3) */
-            for (int l = 0; l < w; l++) y[l] = _mm512_add_ps(y[l], y[l + w]);
-        _mm512_mask_storeu_ps(out + i, eight ? 0x00ff : 0xffff, _mm512_add_ps(y[0], y[1]));
+        for (int l = 0; l < 8; l++) {
+            __m512 a[4], b[4];
+            for (int j = 0; j < 4; j++) a[j] = b[j] = _mm512_setzero_ps();
+            mix_lanes_from(p, v + i, stride, n, l, eight, 0, a, b);
+            mix_lanes_sum(a, b, l, y);
+        }
+        mix_store(y, eight, out + i);
+    }
+}
+
+/* two queries whose rows start together (their lanes then line up): each value of V read once
+ * for both over the steps both take whole, each query's sums still mix_f16_avx512's */
+AVX512 static void mix_f16_pair_avx512(const float *p0, const float *p1, const pi_fp16 *v, size_t stride, int n0, int n1,
+                                       int hd, float *out0, float *out1) {
+    const int both = (n0 < n1 ? n0 : n1) / 64 * 64;
+    for (int i = 0; i < hd; i += 16) {
+        const int eight = hd - i == 8;
+        __m512 y0[16], y1[16];
+        for (int l = 0; l < 8; l++) {
+            __m512 a0[4], b0[4], a1[4], b1[4];
+            for (int j = 0; j < 4; j++) a0[j] = b0[j] = a1[j] = b1[j] = _mm512_setzero_ps();
+            for (int s = 0; s < both; s += 64)
+                for (int j = 0; j < 4; j++) {
+                    const int at = s + 16 * j + l;
+                    const __m512 x = load_f16x(v + i + (size_t)at * stride, eight), z = load_f16x(v + i + (size_t)(at + 8) * stride, eight);
+                    a0[j] = _mm512_fmadd_ps(x, _mm512_set1_ps(p0[at]), a0[j]);
+                    a1[j] = _mm512_fmadd_ps(x, _mm512_set1_ps(p1[at]), a1[j]);
+                    b0[j] = _mm512_fmadd_ps(z, _mm512_set1_ps(p0[at + 8]), b0[j]);
+                    b1[j] = _mm512_fmadd_ps(z, _mm512_set1_ps(p1[at + 8]), b1[j]);
+                }
+            mix_lanes_from(p0, v + i, stride, n0, l, eight, both, a0, b0);
+            mix_lanes_from(p1, v + i, stride, n1, l, eight, both, a1, b1);
+            mix_lanes_sum(a0, b0, l, y0);
+            mix_lanes_sum(a1, b1, l, y1);
+        }
+        mix_store(y0, eight, out0 + i);
+        mix_store(y1, eight, out1 + i);
     }
 }
 
@@ -414,10 +456,21 @@ AVX512 static void scores_f16_tile_avx512(const float *const *q, int nq, const p
     for (int r = 0; r < nq; r++) scores_f16_avx512(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
 }
 
+/* queries two at a time where their rows start together (a causal block's), else alone */
 AVX512 static void mix_f16_tile_avx512(const float *w, size_t wstride, const int *lo, const int *hi, int nq,
                                        const pi_fp16 *v, size_t stride, int hd, float *const *out) {
-    for (int r = 0; r < nq; r++)
-        mix_f16_avx512(w + (size_t)r * wstride + lo[r], v + (size_t)lo[r] * stride, stride, hi[r] - lo[r] + 1, hd, out[r]);
+    int r = 0;
+    while (r < nq) {
+        const float *w0 = w + (size_t)r * wstride + lo[r];
+        const pi_fp16 *v0 = v + (size_t)lo[r] * stride;
+        if (r + 1 < nq && lo[r + 1] == lo[r] && hd % 8 == 0) {
+            mix_f16_pair_avx512(w0, w0 + wstride, v0, stride, hi[r] - lo[r] + 1, hi[r + 1] - lo[r] + 1, hd, out[r], out[r + 1]);
+            r += 2;
+        } else {
+            mix_f16_avx512(w0, v0, stride, hi[r] - lo[r] + 1, hd, out[r]);
+            r += 1;
+        }
+    }
 }
 
 /* silu_mul_avx2 16 lanes at a time, as ggml's swiglu on AVX-512 */
