@@ -369,21 +369,20 @@ AVX512 static __m512 load_f16x(const pi_fp16 *p, int eight) {
     return eight ? _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p))) : load_f16x16(p);
 }
 
-/* 16 values (or 8) of lanes l and l + 8 of one query's sums (see mix_f16_avx512), from the
- * step at s on: the positions j * 16 + l of each 64 into accumulator a[j], those of l + 8 into
- * b[j], two lanes together so that 8 chains of fmas overlap */
-AVX512 static void mix_lanes_from(const float *p, const pi_fp16 *v, size_t stride, int n, int l, int eight, int s,
-                                  __m512 a[4], __m512 b[4]) {
+/* lanes l and l + 8 of one query's sums (see mix_f16_avx512) over positions [s, n) of a window
+ * whose rows x holds (16 floats a row, from position w0): the positions j * 16 + l of each 64 into
+ * accumulator a[j], those of l + 8 into b[j], two lanes together so that 8 chains of fmas overlap */
+AVX512 static void mix_lanes_from(const float *p, const float *x, int w0, int n, int l, int s, __m512 a[4], __m512 b[4]) {
     for (; s + 64 <= n; s += 64)
         for (int j = 0; j < 4; j++) {
             const int at = s + 16 * j + l;
-            a[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)at * stride, eight), _mm512_set1_ps(p[at]), a[j]);
-            b[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)(at + 8) * stride, eight), _mm512_set1_ps(p[at + 8]), b[j]);
+            a[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at - w0) * 16), _mm512_set1_ps(p[at]), a[j]);
+            b[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at + 8 - w0) * 16), _mm512_set1_ps(p[at + 8]), b[j]);
         }
     for (int j = 0; j < 4; j++) { /* the last, partial step: its missing positions weigh 0 */
         const int at = s + 16 * j + l;
-        if (at < n) a[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)at * stride, eight), _mm512_set1_ps(p[at]), a[j]);
-        if (at + 8 < n) b[j] = _mm512_fmadd_ps(load_f16x(v + (size_t)(at + 8) * stride, eight), _mm512_set1_ps(p[at + 8]), b[j]);
+        if (at < n) a[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at - w0) * 16), _mm512_set1_ps(p[at]), a[j]);
+        if (at + 8 < n) b[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at + 8 - w0) * 16), _mm512_set1_ps(p[at + 8]), b[j]);
     }
 }
 
@@ -400,54 +399,77 @@ AVX512 static void mix_store(__m512 y[16], int eight, float *out) {
     _mm512_mask_storeu_ps(out, eight ? 0x00ff : 0xffff, _mm512_add_ps(y[0], y[1]));
 }
 
+/* positions a pass over the lanes takes before the next 16 values' lanes. A lane's rows are 16
+ * apart, which in the cache maps them (a power-of-2 stride) onto the same few L1 sets: a window's
+ * 16 values of each row are first copied, in float, into a dense block that L1 holds (16 KiB) */
+enum { MIX_WINDOW = 256 };
+
+/* 16 values (or 8, then zeros) at column i of rows [w0, w1) into x, 16 floats a row */
+AVX512 static void mix_window(const pi_fp16 *v, size_t stride, int i, int eight, int w0, int w1, float *x) {
+    for (int r = w0; r < w1; r++) _mm512_store_ps(x + (r - w0) * 16, load_f16x(v + (size_t)r * stride + i, eight));
+}
+
 /* out value i = ggml_vec_dot_f16 (AVX-512) of V's transposed row i with the weights: position
  * j of each 64 in lane j % 16 of accumulator j / 16. 16 values at a time (an odd 8 last), their
- * lanes' sums y[l] side by side, then reduced as hsum16 reduces a register's lanes */
+ * lanes' accumulators kept in acc between windows, then their sums y[l] side by side reduced as
+ * hsum16 reduces a register's lanes */
 AVX512 static void mix_f16_avx512(const float *p, const pi_fp16 *v, size_t stride, int n, int hd, float *out) {
     if (hd % 8) {
         mix_f16_ref(p, v, stride, n, hd, out);
         return;
     }
+    _Alignas(64) float x[MIX_WINDOW * 16];
     for (int i = 0; i < hd; i += 16) {
         const int eight = hd - i == 8;
-        __m512 y[16];
-        for (int l = 0; l < 8; l++) {
-            __m512 a[4], b[4];
-            for (int j = 0; j < 4; j++) a[j] = b[j] = _mm512_setzero_ps();
-            mix_lanes_from(p, v + i, stride, n, l, eight, 0, a, b);
-            mix_lanes_sum(a, b, l, y);
+        __m512 acc[8][8], y[16]; /* lane pair l: lane l's 4 accumulators, then lane l + 8's */
+        for (int l = 0; l < 8; l++)
+            for (int j = 0; j < 8; j++) acc[l][j] = _mm512_setzero_ps();
+        for (int w0 = 0; w0 < n; w0 += MIX_WINDOW) {
+            const int w1 = n - w0 < MIX_WINDOW ? n : w0 + MIX_WINDOW;
+            mix_window(v, stride, i, eight, w0, w1, x);
+            for (int l = 0; l < 8; l++) mix_lanes_from(p, x, w0, w1, l, w0, acc[l], acc[l] + 4);
         }
+        for (int l = 0; l < 8; l++) mix_lanes_sum(acc[l], acc[l] + 4, l, y);
         mix_store(y, eight, out + i);
     }
 }
 
-/* two queries whose rows start together (their lanes then line up): each value of V read once
- * for both over the steps both take whole, each query's sums still mix_f16_avx512's */
+/* two queries whose rows start together (their lanes then line up): each window of V converted
+ * once for both and its values loaded once for both over the steps both take whole, each query's
+ * sums still mix_f16_avx512's */
 AVX512 static void mix_f16_pair_avx512(const float *p0, const float *p1, const pi_fp16 *v, size_t stride, int n0, int n1,
                                        int hd, float *out0, float *out1) {
-    const int both = (n0 < n1 ? n0 : n1) / 64 * 64;
+    const int both = (n0 < n1 ? n0 : n1) / 64 * 64, n = n0 > n1 ? n0 : n1;
+    _Alignas(64) float x[MIX_WINDOW * 16];
     for (int i = 0; i < hd; i += 16) {
         const int eight = hd - i == 8;
-        __m512 y0[16], y1[16];
-        for (int l = 0; l < 8; l++) {
-            __m512 a0[4], b0[4], a1[4], b1[4];
-            for (int j = 0; j < 4; j++) a0[j] = b0[j] = a1[j] = b1[j] = _mm512_setzero_ps();
-            for (int s = 0; s < both; s += 64)
-                for (int j = 0; j < 4; j++) {
-                    const int at = s + 16 * j + l;
-                    const __m512 x = load_f16x(v + i + (size_t)at * stride, eight), z = load_f16x(v + i + (size_t)(at + 8) * stride, eight);
-                    a0[j] = _mm512_fmadd_ps(x, _mm512_set1_ps(p0[at]), a0[j]);
-                    a1[j] = _mm512_fmadd_ps(x, _mm512_set1_ps(p1[at]), a1[j]);
-                    b0[j] = _mm512_fmadd_ps(z, _mm512_set1_ps(p0[at + 8]), b0[j]);
-                    b1[j] = _mm512_fmadd_ps(z, _mm512_set1_ps(p1[at + 8]), b1[j]);
-                }
-            mix_lanes_from(p0, v + i, stride, n0, l, eight, both, a0, b0);
-            mix_lanes_from(p1, v + i, stride, n1, l, eight, both, a1, b1);
-            mix_lanes_sum(a0, b0, l, y0);
-            mix_lanes_sum(a1, b1, l, y1);
+        __m512 acc0[8][8], acc1[8][8], y[16];
+        for (int l = 0; l < 8; l++)
+            for (int j = 0; j < 8; j++) acc0[l][j] = acc1[l][j] = _mm512_setzero_ps();
+        for (int w0 = 0; w0 < n; w0 += MIX_WINDOW) {
+            const int w1 = n - w0 < MIX_WINDOW ? n : w0 + MIX_WINDOW, wb = w1 < both ? w1 : both;
+            mix_window(v, stride, i, eight, w0, w1, x);
+            for (int l = 0; l < 8; l++) {
+                __m512 *a0 = acc0[l], *b0 = acc0[l] + 4, *a1 = acc1[l], *b1 = acc1[l] + 4;
+                int s = w0;
+                for (; s < wb; s += 64)
+                    for (int j = 0; j < 4; j++) {
+                        const int at = s + 16 * j + l;
+                        const __m512 xa = _mm512_load_ps(x + (at - w0) * 16), xb = _mm512_load_ps(x + (at + 8 - w0) * 16);
+                        a0[j] = _mm512_fmadd_ps(xa, _mm512_set1_ps(p0[at]), a0[j]);
+                        a1[j] = _mm512_fmadd_ps(xa, _mm512_set1_ps(p1[at]), a1[j]);
+                        b0[j] = _mm512_fmadd_ps(xb, _mm512_set1_ps(p0[at + 8]), b0[j]);
+                        b1[j] = _mm512_fmadd_ps(xb, _mm512_set1_ps(p1[at + 8]), b1[j]);
+                    }
+                /* past the steps both take whole: each query alone, up to its own end */
+                mix_lanes_from(p0, x, w0, w1 < n0 ? w1 : n0, l, s, a0, b0);
+                mix_lanes_from(p1, x, w0, w1 < n1 ? w1 : n1, l, s, a1, b1);
+            }
         }
-        mix_store(y0, eight, out0 + i);
-        mix_store(y1, eight, out1 + i);
+        for (int l = 0; l < 8; l++) mix_lanes_sum(acc0[l], acc0[l] + 4, l, y);
+        mix_store(y, eight, out0 + i);
+        for (int l = 0; l < 8; l++) mix_lanes_sum(acc1[l], acc1[l] + 4, l, y);
+        mix_store(y, eight, out1 + i);
     }
 }
 
