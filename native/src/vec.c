@@ -473,9 +473,53 @@ AVX512 static void mix_f16_pair_avx512(const float *p0, const float *p1, const p
     }
 }
 
+/* two queries against two keys at a time, each key converted once for both and each query's
+ * values loaded once for both keys; each pair's sum as dot_f16_avx512's (the four reduced by
+ * hsum16x4, the values past the last 64 added in double) */
+AVX512 static void scores_f16_pair_avx512(const float *q0, const float *q1, const pi_fp16 *k, size_t stride, int n, int hd,
+                                          float scale, float *out0, float *out1) {
+    const int full = hd / 64 * 64;
+    int p = 0;
+    for (; p + 2 <= n; p += 2) {
+        const pi_fp16 *k0 = k + (size_t)p * stride, *k1 = k0 + stride;
+        __m512 a[4][4]; /* q0 k0, q0 k1, q1 k0, q1 k1 */
+        for (int c = 0; c < 4; c++)
+            for (int j = 0; j < 4; j++) a[c][j] = _mm512_setzero_ps();
+        for (int i = 0; i < full; i += 64)
+            for (int j = 0; j < 4; j++) {
+                const __m512 x0 = _mm512_loadu_ps(q0 + i + 16 * j), x1 = _mm512_loadu_ps(q1 + i + 16 * j);
+                const __m512 y0 = load_f16x16(k0 + i + 16 * j), y1 = load_f16x16(k1 + i + 16 * j);
+                a[0][j] = _mm512_fmadd_ps(x0, y0, a[0][j]);
+                a[1][j] = _mm512_fmadd_ps(x0, y1, a[1][j]);
+                a[2][j] = _mm512_fmadd_ps(x1, y0, a[2][j]);
+                a[3][j] = _mm512_fmadd_ps(x1, y1, a[3][j]);
+            }
+        __m512 r[4];
+        for (int c = 0; c < 4; c++) r[c] = _mm512_add_ps(_mm512_add_ps(a[c][0], a[c][2]), _mm512_add_ps(a[c][1], a[c][3]));
+        float sum[4];
+        _mm_storeu_ps(sum, hsum16x4(r));
+        for (int c = 0; c < 4; c++) {
+            const float *qc = c < 2 ? q0 : q1;
+            const pi_fp16 *kc = c % 2 ? k1 : k0;
+            double d = (double)sum[c];
+            for (int i = full; i < hd; i++) d += (double)(qc[i] * pi_fp16_to_f32(kc[i]));
+            (c < 2 ? out0 : out1)[p + c % 2] = (float)d * scale;
+        }
+    }
+    for (; p < n; p++) {
+        out0[p] = dot_f16_avx512(q0, k + (size_t)p * stride, hd) * scale;
+        out1[p] = dot_f16_avx512(q1, k + (size_t)p * stride, hd) * scale;
+    }
+}
+
+/* queries two at a time, the last one alone */
 AVX512 static void scores_f16_tile_avx512(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n,
                                           int hd, float scale, float *out, size_t ostride) {
-    for (int r = 0; r < nq; r++) scores_f16_avx512(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
+    int r = 0;
+    for (; r + 2 <= nq; r += 2)
+        scores_f16_pair_avx512(q[r], q[r + 1], k, stride, n, hd, scale, out + (size_t)r * ostride,
+                               out + (size_t)(r + 1) * ostride);
+    if (r < nq) scores_f16_avx512(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
 }
 
 /* queries two at a time where their rows start together (a causal block's), else alone */
