@@ -60,6 +60,67 @@ def test_tile_ops_equal_each_query_alone(impl, hd, nq, n):
         np.testing.assert_allclose(out, ref[1], rtol=1e-5, atol=1e-6 * n)
 
 
+# ggml_vec_dot_f16's lanes per tier: its scalar build sums everything in double; AVX2 and
+# AVX-512 fill 4 accumulators of 8 / 16 lanes a step, added (0 + 2) + (1 + 3), then the lanes
+LANES = {"ref": 0, "avx2": 8, "avx512": 16}
+
+
+def ggml_dot_f16(x, y, epr, pad=False):
+    """ggml_vec_dot_f16 of f16 values x, y (float32 arrays): its leftovers in double, or with pad
+    (the weights of llama.cpp's cache, padded to 256 cells by zeros) zeros completing the last step"""
+    f = np.float32
+    step = 4 * epr
+    if pad and epr:
+        m = -len(x) % step
+        x, y = np.concatenate([x, np.zeros(m, f)]), np.concatenate([y, np.zeros(m, f)])
+    full = len(x) // step * step if epr else 0
+    acc = np.zeros(max(step, 1), f)
+    for i in range(0, full, max(step, 1)):  # fma: the products of f16 values are exact
+        acc = (x[i:i + step].astype(np.float64) * y[i:i + step] + acc).astype(f)
+    s = f(0)
+    if epr:
+        a = acc.reshape(4, epr)
+        r = (a[0] + a[2]) + (a[1] + a[3])
+        if epr == 16:  # GCC's _mm512_reduce_add_ps: halves, halves, then (0 + 2) + (1 + 3)
+            r = r[:8] + r[8:]
+            r = r[:4] + r[4:]
+            r = r[:2] + r[2:]
+            s = r[0] + r[1]
+        else:  # GGML_F32x8_REDUCE: halves, then (0 + 1) + (2 + 3)
+            r = r[:4] + r[4:]
+            s = (r[0] + r[1]) + (r[2] + r[3])
+    total = np.float64(s)
+    for i in range(full, len(x)):
+        total += np.float64(f(x[i] * y[i]))
+    return f(total)
+
+
+@pytest.mark.parametrize("impl", ["ref", "avx2", "avx512"])
+@pytest.mark.parametrize("hd", [32, 64, 72, 128])
+@pytest.mark.parametrize("n", [1, 37, 130])
+def test_f16_sums_are_ggml_vec_dot_f16s(impl, hd, n):
+    """Each tier's scores and mix are llama.cpp's (ggml's build for that instruction set) bit for
+    bit: q . k as ggml_vec_dot_f16 over the head, and each output value as ggml_vec_dot_f16 of V's
+    transposed row with the f16 weights over the (zero-padded) positions."""
+    if not impl_available(impl):
+        pytest.skip(f"{impl} not available on this CPU")
+    rng = np.random.default_rng(hd * 1000 + n)
+    stride = 2 * hd
+    q = rng.standard_normal((1, hd)).astype(np.float16).astype(np.float32)
+    k = rng.standard_normal((n, stride)).astype(np.float16)
+    v = rng.standard_normal((n, stride)).astype(np.float16)
+    w = (rng.random((1, n)) / n).astype(np.float16).astype(np.float32)
+    lo, hi = np.zeros(1, np.int32), np.array([n - 1], np.int32)
+    scale = np.float32(0.125)
+    scores, out = attention(impl, 0, q, k.view(np.uint16), v.view(np.uint16), w, lo, hi, scale)
+    epr = LANES[impl]
+    kf, vf = k[:, :hd].astype(np.float32), v[:, :hd].astype(np.float32)
+    want_scores = np.array([ggml_dot_f16(kf[p], q[0], epr) * scale for p in range(n)], np.float32)
+    want_out = np.array([ggml_dot_f16(vf[:, i], w[0], epr, pad=True) for i in range(hd)], np.float32)
+    np.testing.assert_array_equal(scores[0], want_scores)
+    np.testing.assert_array_equal(out[0], want_out)
+
+
 def logits(path, tokens, n_batch, impl=0, n_ctx=128):
     with Llama(str(path), n_ctx=n_ctx, n_batch=n_batch, logits_all=True, verbose=False, kernel_impl=impl,
                n_threads=2, n_threads_batch=2) as llm:

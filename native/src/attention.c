@@ -11,11 +11,12 @@
 #include "kv_cache.h"
 #include "ops.h"
 
-/* softcap, then exp(x - max) in place over a query's n scores; returns one over their sum */
+/* softcap, then exp(x - max) in place over a query's n scores; returns one over their sum, taken
+ * in double and rounded as ggml's soft_max does */
 static float softmax(const pi_context *c, float *att, int n) {
     const float cap = c->model->attn_softcap;
     for (int p = 0; cap > 0.0f && p < n; p++) att[p] = cap * tanhf(att[p] / cap);
-    return 1.0f / c->vec.exp_sub_sum(att, c->vec.max(att, n), n);
+    return (float)(1.0 / c->vec.exp_sub_sum(att, c->vec.max(att, n), n));
 }
 
 /* the first position token t sees: a local layer only the last swa_window */

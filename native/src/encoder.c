@@ -50,7 +50,7 @@ static void attn_worker(void *arg, int ith, int nth) {
             att[p] = dot(q, k + (size_t)p * kv_dim, hd) * scale;
             if (att[p] > max) max = att[p];
         }
-        const float inv_sum = 1.0f / c->vec.exp_sub_sum(att, max, n);
+        const float inv_sum = (float)(1.0 / c->vec.exp_sub_sum(att, max, n));
         float *out = c->xn + (size_t)t * q_dim + (size_t)h * hd;
         memset(out, 0, (size_t)hd * sizeof(float));
         for (int p = 0; p < n; p++) c->vec.axpy(att[p] * inv_sum, v + (size_t)p * kv_dim, out, hd);

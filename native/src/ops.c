@@ -140,12 +140,16 @@ void pi_add_bias(float *y, const float *b, int n, int dim) {
         for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += b[i];
 }
 
-/* out[t] = x[t] / rms(x[t]) * w */
+/* out[t] = x[t] / rms(x[t]) * w, as ggml's rms_norm: the squares (each rounded to float) summed
+ * in order in double, their mean rounded to float before eps is added */
 void pi_rmsnorm(const pi_context *c, const float *x, const float *w, float *out, int n, int d) {
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * d;
         float *ot = out + (size_t)t * d;
-        const float inv = 1.0f / sqrtf(c->vec.sum_squares(xt, d) / d + c->model->info.norm_eps);
+        double sum = 0.0;
+        for (int i = 0; i < d; i++) sum += (double)(xt[i] * xt[i]);
+        const float mean = (float)(sum / d);
+        const float inv = 1.0f / sqrtf(mean + c->model->info.norm_eps);
         for (int i = 0; i < d; i++) ot[i] = xt[i] * inv * w[i];
     }
 }
@@ -188,17 +192,26 @@ pi_act pi_quantize(const pi_kernels *k, const float *x, pi_act_store store, int 
 }
 
 /* cos/sin of every rotated pair for each token of the step, shared by all layers; a second
- * table for the local layers' base when the model has them */
+ * table for the local layers' base (no scaling) when the model has them. Angles as ggml's rope
+ * cache: theta = pos, times base^(-2/n_rot) (powf) once per pair, all in float; divided by the
+ * pair's rope_freqs divisor, then times freq_scale. */
 void pi_rope_table(pi_context *c, int n) {
-    const int half = c->model->info.n_rot / 2, tables = c->model->rope_base_local > 0.0f ? 2 : 1;
-    for (int k = 0; k < tables; k++)
-        for (int t = 0; t < n; t++)
-            for (int i = 0; i < half; i++) {
-                const float theta = (float)c->tok_pos[t] * c->inv_freq[k * half + i];
-                float *cs = c->rope_cs + (((size_t)k * c->n_batch + t) * half + i) * 2;
-                cs[0] = cosf(theta);
-                cs[1] = sinf(theta);
+    const pi_model *m = c->model;
+    const int half = m->info.n_rot / 2, tables = m->rope_base_local > 0.0f ? 2 : 1;
+    for (int k = 0; k < tables; k++) {
+        const float base = k ? m->rope_base_local : m->info.rope_freq_base;
+        const float step = powf(base, -2.0f / (float)m->info.n_rot), scale = k ? 1.0f : m->info.rope_freq_scale;
+        const float *freqs = k ? NULL : m->rope_freqs;
+        for (int t = 0; t < n; t++) {
+            float theta = (float)c->tok_pos[t];
+            float *cs = c->rope_cs + ((size_t)k * c->n_batch + t) * half * 2;
+            for (int i = 0; i < half; i++, theta *= step) {
+                const float angle = scale * (freqs ? theta / freqs[i] : theta);
+                cs[2 * i] = cosf(angle);
+                cs[2 * i + 1] = sinf(angle);
             }
+        }
+    }
 }
 
 /* RoPE on the first n_rot dims of each head: llama's "normal" form rotates adjacent pairs
@@ -208,15 +221,7 @@ void pi_rope(const pi_context *c, float *x, int n_heads, int n, int local) {
     const int step = c->model->rope_neox ? 1 : 2, other = c->model->rope_neox ? half : 1;
     for (int t = 0; t < n; t++) {
         const float *cs = c->rope_cs + ((size_t)local * c->n_batch + t) * half * 2;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * hd;
-            for (int i = 0; i < half; i++) {
-                float *a = v + i * step, *b = a + other;
-                const float x0 = *a, x1 = *b, cos = cs[2 * i], sin = cs[2 * i + 1];
-                *a = x0 * cos - x1 * sin;
-                *b = x0 * sin + x1 * cos;
-            }
-        }
+        for (int h = 0; h < n_heads; h++) c->vec.rotate(x + ((size_t)t * n_heads + h) * hd, cs, half, step, other);
     }
 }
 

@@ -1,15 +1,17 @@
-/* vec.c - float vector ops: scalar reference, then AVX2+FMA versions compiled with target
- * attributes and picked at run time. Each SIMD loop ends in the scalar tail. */
+/* vec.c - float vector ops: scalar reference, then AVX2+FMA and AVX-512 versions compiled with
+ * target attributes and picked at run time. Each SIMD loop ends in the scalar tail.
+ *
+ * Attention's ops reproduce llama.cpp's CPU backend bit for bit in its one-token decode (an f16
+ * cache, no flash attention): each tier sums as ggml's build for that instruction set does - the
+ * reference as its scalar build (every sum in double), AVX2 and AVX-512 as ggml_vec_dot_f16 and
+ * ggml_vec_soft_max_f32 there (lanes of 4 accumulators per step, reduced in ggml's order, the
+ * values past the last step in double). llama.cpp's scores and weights run over the whole cache,
+ * padded to 256 cells, whose cells past the last position weigh exactly 0: a step is then never
+ * cut short, so ours are completed with zeros rather than summed as leftovers. */
 #include <math.h>
 
 #include "kernels/kernels.h"
 #include "vec.h"
-
-static float dot_ref(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
 
 static void axpy_ref(float a, const float *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
@@ -21,11 +23,12 @@ static float max_ref(const float *x, int n) {
     return m;
 }
 
-static float exp_sub_sum_ref(float *x, float max, int n) {
-    float sum = 0.0f;
+/* ggml's scalar soft_max: libm's expf, summed in double */
+static double exp_sub_sum_ref(float *x, float max, int n) {
+    double sum = 0.0;
     for (int i = 0; i < n; i++) {
         x[i] = expf(x[i] - max);
-        sum += x[i];
+        sum += (double)x[i];
     }
     return sum;
 }
@@ -34,16 +37,23 @@ static void silu_mul_ref(const float *gate, const float *up, float *out, int n) 
     for (int i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-static float sum_squares_ref(const float *x, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += x[i] * x[i];
-    return s;
+/* pairs (x[i * step], x[i * step + other]) rotated by (cos, sin) at cs[2i], cs[2i + 1], rounded
+ * as ggml's rope (built with FMA): x0 cos - x1 sin and x0 sin + x1 cos, each an fma of x0's term
+ * onto the other's product */
+static void rotate_ref(float *x, const float *cs, int half, int step, int other) {
+    for (int i = 0; i < half; i++) {
+        float *a = x + i * step, *b = a + other;
+        const float x0 = *a, x1 = *b, cos = cs[2 * i], sin = cs[2 * i + 1];
+        *a = fmaf(x0, cos, -(x1 * sin));
+        *b = fmaf(x0, sin, x1 * cos);
+    }
 }
 
+/* ggml's scalar ggml_vec_dot_f16: the products (exact in float) summed in double */
 static float dot_f16_ref(const float *a, const pi_fp16 *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * pi_fp16_to_f32(b[i]);
-    return s;
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)(a[i] * pi_fp16_to_f32(b[i]));
+    return (float)s;
 }
 
 static void scores_f16_ref(const float *q, const pi_fp16 *k, size_t stride, int n, int hd, float scale, float *out) {
@@ -54,10 +64,13 @@ static void probs_f16_ref(float *p, float a, int n) {
     for (int i = 0; i < n; i++) p[i] = pi_fp16_to_f32(pi_f32_to_fp16(a * p[i]));
 }
 
+/* llama.cpp's V is transposed: each output value a dot over the positions, as dot_f16_ref */
 static void mix_f16_ref(const float *p, const pi_fp16 *v, size_t stride, int n, int hd, float *out) {
-    for (int i = 0; i < hd; i++) out[i] = 0.0f;
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < hd; i++) out[i] += p[j] * pi_fp16_to_f32(v[(size_t)j * stride + i]);
+    for (int i = 0; i < hd; i++) {
+        double s = 0.0;
+        for (int j = 0; j < n; j++) s += (double)(p[j] * pi_fp16_to_f32(v[(size_t)j * stride + i]));
+        out[i] = (float)s;
+    }
 }
 
 static void scores_f16_tile_ref(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n, int hd,
@@ -91,6 +104,7 @@ static void to_f16_ref(const float *x, pi_fp16 *y, int n) {
 #define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #include "vec_expf.h"
 
+/* ggml's AVX2 soft_max sums a group of 8: halves, then lanes (0 + 2) + (1 + 3) */
 AVX2 static float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -98,33 +112,12 @@ AVX2 static float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* exp(x) to ~2 ulp: x = n*ln2 + r, e^r by a degree-6 polynomial, 2^n through the exponent bits. */
-AVX2 static __m256 exp8(__m256 x) {
-    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365447505531f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-AVX2 static float dot_avx2(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    return hsum(_mm256_add_ps(s0, s1)) + dot_ref(a + i, b + i, n - i);
+/* ggml's AVX2 vector reduction (GGML_F32x8_REDUCE's last steps): halves, then lanes
+ * (0 + 1) + (2 + 3) by two horizontal adds */
+AVX2 static float hsum_hadd(__m256 v) {
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
 }
 
 AVX2 static void axpy_avx2(float a, const float *x, float *y, int n) {
@@ -145,15 +138,30 @@ AVX2 static float max_avx2(const float *x, int n) {
     return tail > _mm_cvtss_f32(h) ? tail : _mm_cvtss_f32(h);
 }
 
-AVX2 static float exp_sub_sum_avx2(float *x, float max, int n) {
-    __m256 vmax = _mm256_set1_ps(max), sum = _mm256_setzero_ps();
+/* lanes of the last, partial group of n (1..7) */
+AVX2 static __m256i lanes8(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* ggml_vec_soft_max_f32 of the AVX2 build: ggml's expf 8 lanes at a time, each group's sum
+ * (hsum) added in double; a last partial group completed with zeros (exp(-inf) in the cache's
+ * padding there) */
+AVX2 static double exp_sub_sum_avx2(float *x, float max, int n) {
+    const __m256 vmax = _mm256_set1_ps(max);
+    double sum = 0.0;
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        const __m256 e = expf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
         _mm256_storeu_ps(x + i, e);
-        sum = _mm256_add_ps(sum, e);
+        sum += (double)hsum(e);
     }
-    return hsum(sum) + exp_sub_sum_ref(x + i, max, n - i);
+    if (i < n) {
+        const __m256i m = lanes8(n - i);
+        const __m256 e = _mm256_and_ps(expf8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmax)), _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(x + i, m, e);
+        sum += (double)hsum(e);
+    }
+    return sum;
 }
 
 /* silu(g) = g / (1 + exp(-g)) as ggml's swiglu: 8 lanes at a time, the tail in the reference */
@@ -168,57 +176,27 @@ AVX2 static void silu_mul_avx2(const float *gate, const float *up, float *out, i
     silu_mul_ref(gate + i, up + i, out + i, n - i);
 }
 
-AVX2 static float sum_squares_avx2(const float *x, int n) { return dot_avx2(x, x, n); }
+AVX2 static void rotate_avx2(float *x, const float *cs, int half, int step, int other) {
+    rotate_ref(x, cs, half, step, other); /* fmaf is an instruction here */
+}
 
 AVX2 static __m256 load_f16(const pi_fp16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
+/* ggml_vec_dot_f16 of the AVX2 build: 4 accumulators of 8 lanes over each 32 values, added
+ * (0 + 2) + (1 + 3), reduced by hsum_hadd; the values past the last 32 added in double */
 AVX2 static float dot_f16_avx2(const float *a, const pi_fp16 *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    __m256 s[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_f16(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16(b + i), s0);
-    return hsum(_mm256_add_ps(s0, s1)) + dot_f16_ref(a + i, b + i, n - i);
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 4; j++) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * j), load_f16(b + i + 8 * j), s[j]);
+    double sum = (double)hsum_hadd(_mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3])));
+    for (; i < n; i++) sum += (double)(a[i] * pi_fp16_to_f32(b[i]));
+    return (float)sum;
 }
 
-/* q . k_p as dot_f16_avx2 sums it: lanes of two accumulators over 16 values at a time (an odd 8
- * to the first), added, then halves, then pairs (hsum). Four rows at once, their sums transposed
- * so the last steps run on all four together. */
 AVX2 static void scores_f16_avx2(const float *q, const pi_fp16 *k, size_t stride, int n, int hd, float scale,
                                  float *out) {
-    if (hd % 8) {
-        scores_f16_ref(q, k, stride, n, hd, scale, out);
-        return;
-    }
-    const __m128 vs = _mm_set1_ps(scale);
-    int p = 0;
-    for (; p + 4 <= n; p += 4) {
-        const pi_fp16 *kr[4] = { k + (size_t)p * stride, k + (size_t)(p + 1) * stride, k + (size_t)(p + 2) * stride,
-                                 k + (size_t)(p + 3) * stride };
-        __m256 s0[4], s1[4];
-        for (int r = 0; r < 4; r++) s0[r] = s1[r] = _mm256_setzero_ps();
-        int i = 0;
-        for (; i + 16 <= hd; i += 16) {
-            const __m256 x0 = _mm256_loadu_ps(q + i), x1 = _mm256_loadu_ps(q + i + 8);
-            for (int r = 0; r < 4; r++) {
-                s0[r] = _mm256_fmadd_ps(x0, load_f16(kr[r] + i), s0[r]);
-                s1[r] = _mm256_fmadd_ps(x1, load_f16(kr[r] + i + 8), s1[r]);
-            }
-        }
-        if (i < hd)
-            for (int r = 0; r < 4; r++) s0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_f16(kr[r] + i), s0[r]);
-        __m128 h[4];
-        for (int r = 0; r < 4; r++) {
-            const __m256 t = _mm256_add_ps(s0[r], s1[r]);
-            h[r] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-        }
-        _MM_TRANSPOSE4_PS(h[0], h[1], h[2], h[3]); /* h[j] = lane j of each row */
-        const __m128 sum = _mm_add_ps(_mm_add_ps(h[0], h[2]), _mm_add_ps(h[1], h[3]));
-        _mm_storeu_ps(out + p, _mm_mul_ps(sum, vs));
-    }
-    for (; p < n; p++) out[p] = dot_f16_avx2(q, k + (size_t)p * stride, hd) * scale;
+    for (int p = 0; p < n; p++) out[p] = dot_f16_avx2(q, k + (size_t)p * stride, hd) * scale;
 }
 
 AVX2 static void probs_f16_avx2(float *p, float a, int n) {
@@ -231,228 +209,48 @@ AVX2 static void probs_f16_avx2(float *p, float a, int n) {
     probs_f16_ref(p + i, a, n - i);
 }
 
-/* out in registers, 32 values at a time, over every row */
+/* 8 values of lane l's sum (see mix_f16_avx2): the positions j * 8 + l of each 32 into
+ * accumulator a[j], added (0 + 2) + (1 + 3) */
+AVX2 static __m256 mix_lane8(const float *p, const pi_fp16 *v, size_t stride, int n, int l) {
+    __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    int s = 0;
+    for (; s + 32 <= n; s += 32)
+        for (int j = 0; j < 4; j++) {
+            const int at = s + 8 * j + l;
+            a[j] = _mm256_fmadd_ps(load_f16(v + (size_t)at * stride), _mm256_set1_ps(p[at]), a[j]);
+        }
+    for (int j = 0; j < 4; j++) /* the last, partial step: its missing positions weigh 0 */
+        if (s + 8 * j + l < n)
+            a[j] = _mm256_fmadd_ps(load_f16(v + (size_t)(s + 8 * j + l) * stride), _mm256_set1_ps(p[s + 8 * j + l]), a[j]);
+    return _mm256_add_ps(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]));
+}
+
+/* out value i = ggml_vec_dot_f16 (AVX2) of V's transposed row i with the weights: position
+ * j of each 32 in lane j % 8 of accumulator j / 8. 8 values at a time, their lanes' sums y[l]
+ * side by side, then reduced as hsum_hadd reduces a register's lanes */
 AVX2 static void mix_f16_avx2(const float *p, const pi_fp16 *v, size_t stride, int n, int hd, float *out) {
     if (hd % 8) {
         mix_f16_ref(p, v, stride, n, hd, out);
         return;
     }
-    int i = 0;
-    for (; i + 32 <= hd; i += 32) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int j = 0; j < n; j++) {
-            const __m256 w = _mm256_broadcast_ss(p + j);
-            const pi_fp16 *vj = v + (size_t)j * stride + i;
-            a0 = _mm256_fmadd_ps(w, load_f16(vj), a0);
-            a1 = _mm256_fmadd_ps(w, load_f16(vj + 8), a1);
-            a2 = _mm256_fmadd_ps(w, load_f16(vj + 16), a2);
-            a3 = _mm256_fmadd_ps(w, load_f16(vj + 24), a3);
-        }
-        _mm256_storeu_ps(out + i, a0);
-        _mm256_storeu_ps(out + i + 8, a1);
-        _mm256_storeu_ps(out + i + 16, a2);
-        _mm256_storeu_ps(out + i + 24, a3);
-    }
-    for (; i < hd; i += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (int j = 0; j < n; j++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), load_f16(v + (size_t)j * stride + i), a);
-        _mm256_storeu_ps(out + i, a);
+    for (int i = 0; i < hd; i += 8) {
+        __m256 y[8];
+        for (int l = 0; l < 8; l++) y[l] = mix_lane8(p, v + i, stride, n, l);
+        for (int l = 0; l < 4; l++) y[l] = _mm256_add_ps(y[l], y[l + 4]);
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_add_ps(y[0], y[1]), _mm256_add_ps(y[2], y[3])));
     }
 }
 
-/* queries an AVX2 tile holds: 3 queries by 2 keys, or by 32 values, fill 12 accumulators */
-enum { TILE_Q = 3 };
-
-/* two keys' dots from their two accumulators each, summed as scores_f16_avx2 sums them (halves,
- * then lanes (0 + 2) + (1 + 3)); the two sums in the low lanes */
-AVX2 static __m128 hsum_pair(__m256 s0a, __m256 s1a, __m256 s0b, __m256 s1b) {
-    const __m256 ta = _mm256_add_ps(s0a, s1a), tb = _mm256_add_ps(s0b, s1b);
-    const __m128 ha = _mm_add_ps(_mm256_castps256_ps128(ta), _mm256_extractf128_ps(ta, 1));
-    const __m128 hb = _mm_add_ps(_mm256_castps256_ps128(tb), _mm256_extractf128_ps(tb, 1));
-    const __m128 z = _mm_add_ps(_mm_unpacklo_ps(ha, hb), _mm_unpackhi_ps(ha, hb)); /* a0+a2, b0+b2, a1+a3, b1+b3 */
-    return _mm_add_ps(z, _mm_movehl_ps(z, z));
-}
-
-/* TILE_Q queries against 2 keys at a time: each key converted once for all of them, each pair's
- * two accumulators filled as dot_f16_avx2 fills them */
+/* each query as its own call: its sums are then exactly that call's */
 AVX2 static void scores_f16_tile_avx2(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n, int hd,
                                       float scale, float *out, size_t ostride) {
-    const __m128 vs = _mm_set1_ps(scale);
-    int r = 0;
-    for (; hd % 8 == 0 && r + TILE_Q <= nq; r += TILE_Q) {
-        float *o = out + (size_t)r * ostride;
-        int p = 0;
-        for (; p + 2 <= n; p += 2) {
-            const pi_fp16 *ka = k + (size_t)p * stride, *kb = ka + stride;
-            __m256 s0[TILE_Q][2], s1[TILE_Q][2];
-            for (int j = 0; j < TILE_Q; j++) s0[j][0] = s0[j][1] = s1[j][0] = s1[j][1] = _mm256_setzero_ps();
-            int i = 0;
-            for (; i + 16 <= hd; i += 16) {
-                const __m256 a0 = load_f16(ka + i), b0 = load_f16(kb + i);
-                for (int j = 0; j < TILE_Q; j++) {
-                    const __m256 x = _mm256_loadu_ps(q[r + j] + i);
-                    s0[j][0] = _mm256_fmadd_ps(x, a0, s0[j][0]);
-                    s0[j][1] = _mm256_fmadd_ps(x, b0, s0[j][1]);
-                }
-                const __m256 a1 = load_f16(ka + i + 8), b1 = load_f16(kb + i + 8);
-                for (int j = 0; j < TILE_Q; j++) {
-                    const __m256 x = _mm256_loadu_ps(q[r + j] + i + 8);
-                    s1[j][0] = _mm256_fmadd_ps(x, a1, s1[j][0]);
-                    s1[j][1] = _mm256_fmadd_ps(x, b1, s1[j][1]);
-                }
-            }
-            if (i < hd) {
-                const __m256 a0 = load_f16(ka + i), b0 = load_f16(kb + i);
-                for (int j = 0; j < TILE_Q; j++) {
-                    const __m256 x = _mm256_loadu_ps(q[r + j] + i);
-                    s0[j][0] = _mm256_fmadd_ps(x, a0, s0[j][0]);
-                    s0[j][1] = _mm256_fmadd_ps(x, b0, s0[j][1]);
-                }
-            }
-            for (int j = 0; j < TILE_Q; j++)
-                _mm_storel_pi((__m64 *)(o + (size_t)j * ostride + p),
-                              _mm_mul_ps(hsum_pair(s0[j][0], s1[j][0], s0[j][1], s1[j][1]), vs));
-        }
-        for (; p < n; p++)
-            for (int j = 0; j < TILE_Q; j++) o[(size_t)j * ostride + p] = dot_f16_avx2(q[r + j], k + (size_t)p * stride, hd) * scale;
-    }
-    for (; r < nq; r++) scores_f16_avx2(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
+    for (int r = 0; r < nq; r++) scores_f16_avx2(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
 }
 
-/* rows [j, end) into 32 values of TILE_Q queries' sums, the queries in the bits of act; inlined
- * for act = all of them, the interior of a causal block, without a test per row */
-__attribute__((always_inline)) AVX2 static inline void mix_rows(__m256 acc[TILE_Q][4], const float *w, size_t wstride,
-                                                                unsigned act, const pi_fp16 *v, size_t stride, int j,
-                                                                int end) {
-    for (; j < end; j++) {
-        const pi_fp16 *vj = v + (size_t)j * stride;
-        __m256 wj[TILE_Q];
-        for (int t = 0; t < TILE_Q; t++) wj[t] = _mm256_broadcast_ss(w + (size_t)t * wstride + j);
-        for (int c = 0; c < 4; c++) {
-            const __m256 x = load_f16(vj + 8 * c);
-            for (int t = 0; t < TILE_Q; t++)
-                if (act >> t & 1) acc[t][c] = _mm256_fmadd_ps(wj[t], x, acc[t][c]);
-        }
-    }
-}
-
-/* TILE_Q queries at a time, 32 values of each in registers over every row any of them mixes;
- * each query's sums are mix_f16_avx2's, row by row in order from zero */
 AVX2 static void mix_f16_tile_avx2(const float *w, size_t wstride, const int *lo, const int *hi, int nq, const pi_fp16 *v,
                                    size_t stride, int hd, float *const *out) {
-    const unsigned all = (1u << TILE_Q) - 1;
-    int r = 0;
-    for (; hd % 32 == 0 && r + TILE_Q <= nq; r += TILE_Q) {
-        const float *wr = w + (size_t)r * wstride;
-        int first = lo[r], last = hi[r];
-        for (int t = 1; t < TILE_Q; t++) {
-            first = lo[r + t] < first ? lo[r + t] : first;
-            last = hi[r + t] > last ? hi[r + t] : last;
-        }
-        for (int i = 0; i < hd; i += 32) {
-            __m256 acc[TILE_Q][4];
-            for (int t = 0; t < TILE_Q; t++)
-                for (int c = 0; c < 4; c++) acc[t][c] = _mm256_setzero_ps();
-            for (int j = first; j <= last;) { /* runs of rows over which the same queries mix */
-                unsigned act = 0;
-                int end = last + 1;
-                for (int t = 0; t < TILE_Q; t++) {
-                    if (lo[r + t] <= j && j <= hi[r + t]) act |= 1u << t;
-                    const int next = j < lo[r + t] ? lo[r + t] : j <= hi[r + t] ? hi[r + t] + 1 : end;
-                    end = next < end ? next : end;
-                }
-                if (act == all) mix_rows(acc, wr, wstride, all, v + i, stride, j, end);
-                else mix_rows(acc, wr, wstride, act, v + i, stride, j, end);
-                j = end;
-            }
-            for (int t = 0; t < TILE_Q; t++)
-                for (int c = 0; c < 4; c++) _mm256_storeu_ps(out[r + t] + i + 8 * c, acc[t][c]);
-        }
-    }
-    for (; r < nq; r++)
+    for (int r = 0; r < nq; r++)
         mix_f16_avx2(w + (size_t)r * wstride + lo[r], v + (size_t)lo[r] * stride, stride, hi[r] - lo[r] + 1, hd, out[r]);
-}
-
-/* AVX-512: a pair's two AVX2 accumulators are one zmm register's halves (lanes 0-7 the values
- * i..i+7 of every 16, 8-15 the values i+8..i+15), so its sums are the AVX2 tier's bit for bit. */
-
-/* keys of an AVX-512 score tile, by up to 4 queries: 16 accumulators */
-enum { TILE512 = 4 };
-
-AVX512 static __m512 load_f16x16(const pi_fp16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
-
-/* four keys' dots from their accumulators, summed as scores_f16_avx2 sums them: halves (the two
- * AVX2 accumulators), halves again, then lanes (0 + 2) + (1 + 3); two keys a register per step */
-AVX512 static __m128 hsum4(const __m512 s[TILE512]) {
-    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(s[0], s[1], 0x44), _mm512_shuffle_f32x4(s[0], s[1], 0xee));
-    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(s[2], s[3], 0x44), _mm512_shuffle_f32x4(s[2], s[3], 0xee));
-    const __m512 h = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
-    const __m512 u = _mm512_add_ps(h, _mm512_permute_ps(h, 0x4e)); /* each key: h0 + h2, h1 + h3 */
-    const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
-    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
-}
-
-/* NQ queries (a constant where inlined) against TILE512 keys at a time of n keys kf already in
- * float (conversion is exact), rows hd apart */
-__attribute__((always_inline)) AVX512 static inline void scores_rows512(const float *const *q, const int NQ, const float *kf,
-                                                                        int n, int hd, float scale, float *out,
-                                                                        size_t ostride) {
-    const __m128 vs = _mm_set1_ps(scale);
-    for (int p = 0; p + TILE512 <= n; p += TILE512) {
-        const float *kp = kf + (size_t)p * hd;
-        __m512 s[TILE512][TILE512];
-        for (int j = 0; j < NQ; j++)
-            for (int c = 0; c < TILE512; c++) s[j][c] = _mm512_setzero_ps();
-        int i = 0;
-        for (; i + 16 <= hd; i += 16) {
-            __m512 kc[TILE512];
-            for (int c = 0; c < TILE512; c++) kc[c] = _mm512_loadu_ps(kp + (size_t)c * hd + i);
-            for (int j = 0; j < NQ; j++) {
-                const __m512 x = _mm512_loadu_ps(q[j] + i);
-                for (int c = 0; c < TILE512; c++) s[j][c] = _mm512_fmadd_ps(x, kc[c], s[j][c]);
-            }
-        }
-        if (i < hd) /* an odd 8 values: the first AVX2 accumulator's, the low half */
-            for (int j = 0; j < NQ; j++) {
-                const __m512 x = _mm512_maskz_loadu_ps(0x00ff, q[j] + i);
-                for (int c = 0; c < TILE512; c++)
-                    s[j][c] = _mm512_mask3_fmadd_ps(x, _mm512_maskz_loadu_ps(0x00ff, kp + (size_t)c * hd + i), s[j][c], 0x00ff);
-            }
-        for (int j = 0; j < NQ; j++) _mm_storeu_ps(out + (size_t)j * ostride + p, _mm_mul_ps(hsum4(s[j]), vs));
-    }
-}
-
-/* keys a block converts to float once for all the queries, rows of at most 256 values: 32 KiB */
-enum { KEY_BLOCK = 32 };
-
-AVX512 static void scores_f16_tile_avx512(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n,
-                                          int hd, float scale, float *out, size_t ostride) {
-    if (hd % 8 || hd > 256 || nq < TILE512) { /* decode's one query: converting the keys first does not pay */
-        scores_f16_tile_avx2(q, nq, k, stride, n, hd, scale, out, ostride);
-        return;
-    }
-    float kf[KEY_BLOCK * 256];
-    int p0 = 0;
-    while (n - p0 >= TILE512) { /* whole tiles of keys, a block at a time */
-        const int nk = (n - p0 < KEY_BLOCK ? n - p0 : KEY_BLOCK) / TILE512 * TILE512;
-        for (int p = 0; p < nk; p++) {
-            const pi_fp16 *kp = k + (size_t)(p0 + p) * stride;
-            int i = 0;
-            for (; i + 16 <= hd; i += 16) _mm512_storeu_ps(kf + (size_t)p * hd + i, load_f16x16(kp + i));
-            if (i < hd) _mm256_storeu_ps(kf + (size_t)p * hd + i, load_f16(kp + i));
-        }
-        float *o = out + p0;
-        int r = 0;
-        for (; r + 4 <= nq; r += 4) scores_rows512(q + r, 4, kf, nk, hd, scale, o + (size_t)r * ostride, ostride);
-        switch (nq - r) {
-        case 3: scores_rows512(q + r, 3, kf, nk, hd, scale, o + (size_t)r * ostride, ostride); break;
-        case 2: scores_rows512(q + r, 2, kf, nk, hd, scale, o + (size_t)r * ostride, ostride); break;
-        case 1: scores_rows512(q + r, 1, kf, nk, hd, scale, o + (size_t)r * ostride, ostride); break;
-        }
-        p0 += nk;
-    }
-    for (int p = p0; p < n; p++) /* the last keys, fewer than a tile */
-        for (int r = 0; r < nq; r++) out[(size_t)r * ostride + p] = dot_f16_avx2(q[r], k + (size_t)p * stride, hd) * scale;
 }
 
 /* 8 values of a q8_0 block, decoded: d * q */
@@ -489,6 +287,258 @@ AVX2 static void to_f16_avx2(const float *x, pi_fp16 *y, int n) {
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     to_f16_ref(x + i, y + i, n - i);
 }
+/* ---- AVX-512: ggml's AVX-512 build, 16 lanes and 4 accumulators (64 values) a step ---- */
+
+AVX512 static __m512 load_f16x16(const pi_fp16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* GCC's _mm512_reduce_add_ps, which ggml's reductions call: halves, halves, then lanes (0 + 2) +
+ * (1 + 3); spelled out so that another compiler's order does not change it */
+AVX512 static float hsum16(__m512 v) {
+    const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    const __m128 u = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+/* ggml_vec_soft_max_f32 of the AVX-512 build: ggml's expf 16 lanes at a time, each group's sum
+ * (hsum16) added in double; a last partial group completed with zeros as exp_sub_sum_avx2's */
+AVX512 static double exp_sub_sum_avx512(float *x, float max, int n) {
+    const __m512 vmax = _mm512_set1_ps(max);
+    double sum = 0.0;
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 e = _mm512_maskz_mov_ps(m, expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax)));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        sum += (double)hsum16(e);
+    }
+    return sum;
+}
+
+/* ggml_vec_dot_f16 of the AVX-512 build: 4 accumulators of 16 lanes over each 64 values, added
+ * (0 + 2) + (1 + 3), reduced by hsum16; the values past the last 64 added in double */
+AVX512 static float dot_f16_avx512(const float *a, const pi_fp16 *b, int n) {
+    __m512 s[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    int i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int j = 0; j < 4; j++)
+            s[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * j), load_f16x16(b + i + 16 * j), s[j]);
+    double sum = (double)hsum16(_mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3])));
+    for (; i < n; i++) sum += (double)(a[i] * pi_fp16_to_f32(b[i]));
+    return (float)sum;
+}
+
+/* four keys' hsum16s at once: the same tree, two keys a register per step */
+AVX512 static __m128 hsum16x4(const __m512 s[4]) {
+    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(s[0], s[1], 0x44), _mm512_shuffle_f32x4(s[0], s[1], 0xee));
+    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(s[2], s[3], 0x44), _mm512_shuffle_f32x4(s[2], s[3], 0xee));
+    const __m512 h = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
+    const __m512 u = _mm512_add_ps(h, _mm512_permute_ps(h, 0x4e)); /* each key: h0 + h2, h1 + h3 */
+    const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+}
+
+/* dot_f16_avx512 of four keys at a time: their accumulators side by side, reduced together */
+AVX512 static void scores_f16_avx512(const float *q, const pi_fp16 *k, size_t stride, int n, int hd, float scale,
+                                     float *out) {
+    const int full = hd / 64 * 64;
+    int p = 0;
+    for (; p + 4 <= n; p += 4) {
+        __m512 r[4];
+        for (int c = 0; c < 4; c++) {
+            const pi_fp16 *kc = k + (size_t)(p + c) * stride;
+            __m512 a[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+            for (int i = 0; i < full; i += 64)
+                for (int j = 0; j < 4; j++)
+                    a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16 * j), load_f16x16(kc + i + 16 * j), a[j]);
+            r[c] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        }
+        float sum[4];
+        _mm_storeu_ps(sum, hsum16x4(r));
+        for (int c = 0; c < 4; c++) {
+            const pi_fp16 *kc = k + (size_t)(p + c) * stride;
+            double d = (double)sum[c];
+            for (int i = full; i < hd; i++) d += (double)(q[i] * pi_fp16_to_f32(kc[i]));
+            out[p + c] = (float)d * scale;
+        }
+    }
+    for (; p < n; p++) out[p] = dot_f16_avx512(q, k + (size_t)p * stride, hd) * scale;
+}
+
+/* 16 values of a row, or its last 8 (the rest zeros) when only 8 are left */
+AVX512 static __m512 load_f16x(const pi_fp16 *p, int eight) {
+    return eight ? _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p))) : load_f16x16(p);
+}
+
+/* lanes l and l + 8 of one query's sums (see mix_f16_avx512) over positions [s, n) of a window
+ * whose rows x holds (16 floats a row, from position w0): the positions j * 16 + l of each 64 into
+ * accumulator a[j], those of l + 8 into b[j], two lanes together so that 8 chains of fmas overlap */
+AVX512 static void mix_lanes_from(const float *p, const float *x, int w0, int n, int l, int s, __m512 a[4], __m512 b[4]) {
+    for (; s + 64 <= n; s += 64)
+        for (int j = 0; j < 4; j++) {
+            const int at = s + 16 * j + l;
+            a[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at - w0) * 16), _mm512_set1_ps(p[at]), a[j]);
+            b[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at + 8 - w0) * 16), _mm512_set1_ps(p[at + 8]), b[j]);
+        }
+    for (int j = 0; j < 4; j++) { /* the last, partial step: its missing positions weigh 0 */
+        const int at = s + 16 * j + l;
+        if (at < n) a[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at - w0) * 16), _mm512_set1_ps(p[at]), a[j]);
+        if (at + 8 < n) b[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at + 8 - w0) * 16), _mm512_set1_ps(p[at + 8]), b[j]);
+    }
+}
+
+/* lanes l and l + 8's accumulators added (0 + 2) + (1 + 3) into y */
+AVX512 static void mix_lanes_sum(const __m512 a[4], const __m512 b[4], int l, __m512 y[16]) {
+    y[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+    y[l + 8] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
+}
+
+/* the lanes' sums y reduced as hsum16 reduces a register's lanes, into 16 values (or 8) of out */
+AVX512 static void mix_store(__m512 y[16], int eight, float *out) {
+    for (int w = 8; w >= 2; w /= 2) /* halves, halves, then (0 + 2) and (1 + 3) */
+        for (int l = 0; l < w; l++) y[l] = _mm512_add_ps(y[l], y[l + w]);
+    _mm512_mask_storeu_ps(out, eight ? 0x00ff : 0xffff, _mm512_add_ps(y[0], y[1]));
+}
+
+/* positions a pass over the lanes takes before the next 16 values' lanes. A lane's rows are 16
+ * apart, which in the cache maps them (a power-of-2 stride) onto the same few L1 sets: a window's
+ * 16 values of each row are first copied, in float, into a dense block that L1 holds (16 KiB) */
+enum { MIX_WINDOW = 256 };
+
+/* 16 values (or 8, then zeros) at column i of rows [w0, w1) into x, 16 floats a row */
+AVX512 static void mix_window(const pi_fp16 *v, size_t stride, int i, int eight, int w0, int w1, float *x) {
+    for (int r = w0; r < w1; r++) _mm512_store_ps(x + (r - w0) * 16, load_f16x(v + (size_t)r * stride + i, eight));
+}
+
+/* out value i = ggml_vec_dot_f16 (AVX-512) of V's transposed row i with the weights: position
+ * j of each 64 in lane j % 16 of accumulator j / 16. 16 values at a time (an odd 8 last), their
+ * lanes' accumulators kept in acc between windows, then their sums y[l] side by side reduced as
+ * hsum16 reduces a register's lanes */
+AVX512 static void mix_f16_avx512(const float *p, const pi_fp16 *v, size_t stride, int n, int hd, float *out) {
+    if (hd % 8) {
+        mix_f16_ref(p, v, stride, n, hd, out);
+        return;
+    }
+    _Alignas(64) float x[MIX_WINDOW * 16];
+    for (int i = 0; i < hd; i += 16) {
+        const int eight = hd - i == 8;
+        __m512 acc[8][8], y[16]; /* lane pair l: lane l's 4 accumulators, then lane l + 8's */
+        for (int l = 0; l < 8; l++)
+            for (int j = 0; j < 8; j++) acc[l][j] = _mm512_setzero_ps();
+        for (int w0 = 0; w0 < n; w0 += MIX_WINDOW) {
+            const int w1 = n - w0 < MIX_WINDOW ? n : w0 + MIX_WINDOW;
+            mix_window(v, stride, i, eight, w0, w1, x);
+            for (int l = 0; l < 8; l++) mix_lanes_from(p, x, w0, w1, l, w0, acc[l], acc[l] + 4);
+        }
+        for (int l = 0; l < 8; l++) mix_lanes_sum(acc[l], acc[l] + 4, l, y);
+        mix_store(y, eight, out + i);
+    }
+}
+
+/* two queries whose rows start together (their lanes then line up): each window of V converted
+ * once for both and its values loaded once for both over the steps both take whole, each query's
+ * sums still mix_f16_avx512's */
+AVX512 static void mix_f16_pair_avx512(const float *p0, const float *p1, const pi_fp16 *v, size_t stride, int n0, int n1,
+                                       int hd, float *out0, float *out1) {
+    const int both = (n0 < n1 ? n0 : n1) / 64 * 64, n = n0 > n1 ? n0 : n1;
+    _Alignas(64) float x[MIX_WINDOW * 16];
+    for (int i = 0; i < hd; i += 16) {
+        const int eight = hd - i == 8;
+        __m512 acc0[8][8], acc1[8][8], y[16];
+        for (int l = 0; l < 8; l++)
+            for (int j = 0; j < 8; j++) acc0[l][j] = acc1[l][j] = _mm512_setzero_ps();
+        for (int w0 = 0; w0 < n; w0 += MIX_WINDOW) {
+            const int w1 = n - w0 < MIX_WINDOW ? n : w0 + MIX_WINDOW, wb = w1 < both ? w1 : both;
+            mix_window(v, stride, i, eight, w0, w1, x);
+            for (int l = 0; l < 8; l++) {
+                __m512 *a0 = acc0[l], *b0 = acc0[l] + 4, *a1 = acc1[l], *b1 = acc1[l] + 4;
+                int s = w0;
+                for (; s < wb; s += 64)
+                    for (int j = 0; j < 4; j++) {
+                        const int at = s + 16 * j + l;
+                        const __m512 xa = _mm512_load_ps(x + (at - w0) * 16), xb = _mm512_load_ps(x + (at + 8 - w0) * 16);
+                        a0[j] = _mm512_fmadd_ps(xa, _mm512_set1_ps(p0[at]), a0[j]);
+                        a1[j] = _mm512_fmadd_ps(xa, _mm512_set1_ps(p1[at]), a1[j]);
+                        b0[j] = _mm512_fmadd_ps(xb, _mm512_set1_ps(p0[at + 8]), b0[j]);
+                        b1[j] = _mm512_fmadd_ps(xb, _mm512_set1_ps(p1[at + 8]), b1[j]);
+                    }
+                /* past the steps both take whole: each query alone, up to its own end */
+                mix_lanes_from(p0, x, w0, w1 < n0 ? w1 : n0, l, s, a0, b0);
+                mix_lanes_from(p1, x, w0, w1 < n1 ? w1 : n1, l, s, a1, b1);
+            }
+        }
+        for (int l = 0; l < 8; l++) mix_lanes_sum(acc0[l], acc0[l] + 4, l, y);
+        mix_store(y, eight, out0 + i);
+        for (int l = 0; l < 8; l++) mix_lanes_sum(acc1[l], acc1[l] + 4, l, y);
+        mix_store(y, eight, out1 + i);
+    }
+}
+
+/* two queries against two keys at a time, each key converted once for both and each query's
+ * values loaded once for both keys; each pair's sum as dot_f16_avx512's (the four reduced by
+ * hsum16x4, the values past the last 64 added in double) */
+AVX512 static void scores_f16_pair_avx512(const float *q0, const float *q1, const pi_fp16 *k, size_t stride, int n, int hd,
+                                          float scale, float *out0, float *out1) {
+    const int full = hd / 64 * 64;
+    int p = 0;
+    for (; p + 2 <= n; p += 2) {
+        const pi_fp16 *k0 = k + (size_t)p * stride, *k1 = k0 + stride;
+        __m512 a[4][4]; /* q0 k0, q0 k1, q1 k0, q1 k1 */
+        for (int c = 0; c < 4; c++)
+            for (int j = 0; j < 4; j++) a[c][j] = _mm512_setzero_ps();
+        for (int i = 0; i < full; i += 64)
+            for (int j = 0; j < 4; j++) {
+                const __m512 x0 = _mm512_loadu_ps(q0 + i + 16 * j), x1 = _mm512_loadu_ps(q1 + i + 16 * j);
+                const __m512 y0 = load_f16x16(k0 + i + 16 * j), y1 = load_f16x16(k1 + i + 16 * j);
+                a[0][j] = _mm512_fmadd_ps(x0, y0, a[0][j]);
+                a[1][j] = _mm512_fmadd_ps(x0, y1, a[1][j]);
+                a[2][j] = _mm512_fmadd_ps(x1, y0, a[2][j]);
+                a[3][j] = _mm512_fmadd_ps(x1, y1, a[3][j]);
+            }
+        __m512 r[4];
+        for (int c = 0; c < 4; c++) r[c] = _mm512_add_ps(_mm512_add_ps(a[c][0], a[c][2]), _mm512_add_ps(a[c][1], a[c][3]));
+        float sum[4];
+        _mm_storeu_ps(sum, hsum16x4(r));
+        for (int c = 0; c < 4; c++) {
+            const float *qc = c < 2 ? q0 : q1;
+            const pi_fp16 *kc = c % 2 ? k1 : k0;
+            double d = (double)sum[c];
+            for (int i = full; i < hd; i++) d += (double)(qc[i] * pi_fp16_to_f32(kc[i]));
+            (c < 2 ? out0 : out1)[p + c % 2] = (float)d * scale;
+        }
+    }
+    for (; p < n; p++) {
+        out0[p] = dot_f16_avx512(q0, k + (size_t)p * stride, hd) * scale;
+        out1[p] = dot_f16_avx512(q1, k + (size_t)p * stride, hd) * scale;
+    }
+}
+
+/* queries two at a time, the last one alone */
+AVX512 static void scores_f16_tile_avx512(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n,
+                                          int hd, float scale, float *out, size_t ostride) {
+    int r = 0;
+    for (; r + 2 <= nq; r += 2)
+        scores_f16_pair_avx512(q[r], q[r + 1], k, stride, n, hd, scale, out + (size_t)r * ostride,
+                               out + (size_t)(r + 1) * ostride);
+    if (r < nq) scores_f16_avx512(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
+}
+
+/* queries two at a time where their rows start together (a causal block's), else alone */
+AVX512 static void mix_f16_tile_avx512(const float *w, size_t wstride, const int *lo, const int *hi, int nq,
+                                       const pi_fp16 *v, size_t stride, int hd, float *const *out) {
+    int r = 0;
+    while (r < nq) {
+        const float *w0 = w + (size_t)r * wstride + lo[r];
+        const pi_fp16 *v0 = v + (size_t)lo[r] * stride;
+        if (r + 1 < nq && lo[r + 1] == lo[r] && hd % 8 == 0) {
+            mix_f16_pair_avx512(w0, w0 + wstride, v0, stride, hi[r] - lo[r] + 1, hi[r + 1] - lo[r] + 1, hd, out[r], out[r + 1]);
+            r += 2;
+        } else {
+            mix_f16_avx512(w0, v0, stride, hi[r] - lo[r] + 1, hd, out[r]);
+            r += 1;
+        }
+    }
+}
+
 /* silu_mul_avx2 16 lanes at a time, as ggml's swiglu on AVX-512 */
 AVX512 static void silu_mul_avx512(const float *gate, const float *up, float *out, int n) {
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
@@ -503,20 +553,24 @@ AVX512 static void silu_mul_avx512(const float *gate, const float *up, float *ou
 #endif
 
 void pi_vec_ops_init(pi_vec_ops *v, int impl) {
-    *v = (pi_vec_ops){ "ref", axpy_ref, max_ref, exp_sub_sum_ref, silu_mul_ref, sum_squares_ref,
+    *v = (pi_vec_ops){ "ref", axpy_ref, max_ref, exp_sub_sum_ref, silu_mul_ref, rotate_ref,
                        scores_f16_ref, probs_f16_ref, mix_f16_ref, mix_q8_0_ref, to_f16_ref,
                        scores_f16_tile_ref, mix_f16_tile_ref };
 #if defined(__x86_64__)
     if (impl == PI_IMPL_REF || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
         !__builtin_cpu_supports("f16c"))
         return;
-    *v = (pi_vec_ops){ "avx2", axpy_avx2, max_avx2, exp_sub_sum_avx2, silu_mul_avx2, sum_squares_avx2,
+    *v = (pi_vec_ops){ "avx2", axpy_avx2, max_avx2, exp_sub_sum_avx2, silu_mul_avx2, rotate_avx2,
                        scores_f16_avx2, probs_f16_avx2, mix_f16_avx2, mix_q8_0_avx2, to_f16_avx2,
                        scores_f16_tile_avx2, mix_f16_tile_avx2 };
     if (impl != PI_IMPL_AVX2 && __builtin_cpu_supports("avx512f")) {
         v->name = "avx512";
-        v->scores_f16_tile = scores_f16_tile_avx512;
+        v->exp_sub_sum = exp_sub_sum_avx512;
         v->silu_mul = silu_mul_avx512;
+        v->scores_f16 = scores_f16_avx512;
+        v->mix_f16 = mix_f16_avx512;
+        v->scores_f16_tile = scores_f16_tile_avx512;
+        v->mix_f16_tile = mix_f16_tile_avx512;
     }
 #else
     (void)impl;

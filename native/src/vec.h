@@ -1,5 +1,5 @@
 /* vec.h - float vector ops of the forward pass (attention, norms, activations).
- * A scalar reference and an AVX2 version; the table is chosen once per context. */
+ * A scalar reference, AVX2 and AVX-512 versions; the table is chosen once per context. */
 #ifndef PI_VEC_H
 #define PI_VEC_H
 #include <stddef.h>
@@ -13,9 +13,10 @@ typedef struct {
     const char *name;
     void (*axpy)(float a, const float *x, float *y, int n);      /* y += a * x */
     float (*max)(const float *x, int n);                         /* the largest of x (-inf for n = 0) */
-    float (*exp_sub_sum)(float *x, float max, int n);            /* x = exp(x - max); returns the sum */
+    double (*exp_sub_sum)(float *x, float max, int n);           /* x = exp(x - max); returns the sum */
     void (*silu_mul)(const float *gate, const float *up, float *out, int n); /* out = silu(gate) * up */
-    float (*sum_squares)(const float *x, int n);
+    /* rope: pairs (x[i * step], x[i * step + other]), i < half, rotated by cs[2i] (cos), cs[2i + 1] (sin) */
+    void (*rotate)(float *x, const float *cs, int half, int step, int other);
     /* attention over the KV cache, which is f16 as llama.cpp's default: rows p < n of hd values
      * at k + p * stride */
     void (*scores_f16)(const float *q, const pi_fp16 *k, size_t stride, int n, int hd, float scale,
