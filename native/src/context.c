@@ -15,7 +15,7 @@
  * the total can be checked first. */
 typedef struct {
     size_t kv_rows, x, xn, xq, xk, q, k, gate, rope, inv_freq, att, out_x, out_q, out_k, logits, rank, rank_k, per_thread,
-        ff, runs, run_acc, embd, moe_probs, moe_pairs, moe_first, moe_q, moe_k, moe_live;
+        ff, runs, run_acc, embd, moe_probs, moe_pairs, moe_first, moe_q, moe_k, moe_live, moe_weighted;
 } buffer_sizes;
 
 /* queries an attention work item holds scores for: their rows of n_ctx fit ATT_BYTES (about an L2
@@ -57,6 +57,7 @@ static buffer_sizes plan(const pi_model *m, uint32_t n_ctx, uint32_t B, int n_th
         .runs = (size_t)(h->n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN,
         .moe_probs = (size_t)B * m->n_expert,
         .moe_pairs = (size_t)B * m->n_expert_used,
+        .moe_weighted = (size_t)B * m->n_expert_used * h->n_embd,
         .moe_first = (size_t)m->n_expert + 1,
         .moe_live = (size_t)m->n_ff_exp,
         .moe_q = (size_t)B * ((moe_dim + QK - 1) / QK),
@@ -73,7 +74,8 @@ static double scratch_bytes(const buffer_sizes *s) {
     double floats = s->x + s->xn + s->q + 2.0 * s->k + 2.0 * s->gate + s->rope + s->inv_freq + s->att +
                     2.0 * s->out_x + s->logits + s->rank +
                     s->per_thread + 3.0 * s->ff + 2.0 * s->runs + s->run_acc + s->embd +
-                    s->moe_probs + 4.0 * s->moe_pairs + s->moe_first + s->moe_live + (s->moe_probs ? 2.0 * s->x : 0.0);
+                    s->moe_probs + 4.0 * s->moe_pairs + s->moe_first + s->moe_live + (s->moe_probs ? 2.0 * s->x : 0.0) +
+                    s->moe_weighted;
     const double k_blocks = (double)s->xk + s->out_k + s->rank_k + s->moe_k;
     return floats * sizeof(float) + ((double)s->xq + s->out_q + s->moe_q) * sizeof(block_q8x) + k_blocks * sizeof(block_q8k);
 }
@@ -174,9 +176,10 @@ int pi_context_alloc(pi_context *c) {
     c->moe_sel_w = malloc((s.moe_pairs + 1) * sizeof(float));
     c->moe_first = malloc(s.moe_first * sizeof(int32_t));
     c->moe_tok = malloc((s.moe_pairs + 1) * sizeof(int32_t));
-    c->moe_tok_w = malloc((s.moe_pairs + 1) * sizeof(float));
+    c->moe_tok_pair = malloc((s.moe_pairs + 1) * sizeof(int32_t));
     c->moe_x = malloc((moe_x + 1) * sizeof(float));
     c->moe_out = malloc((moe_x + 1) * sizeof(float));
+    c->moe_weighted = malloc((s.moe_weighted + 1) * sizeof(float));
     c->moe_live = malloc((s.moe_live + 1) * sizeof(int32_t));
     c->moe_q.q = malloc((s.moe_q + 1) * sizeof(block_q8x));
     c->moe_q.k = s.moe_k ? malloc(s.moe_k * sizeof(block_q8k)) : NULL;
@@ -194,7 +197,7 @@ int pi_context_alloc(pi_context *c) {
         (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
         !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_bytes ||
         !c->ffn_first || !c->ffn_tokens || !c->down_acc || !c->moe_probs || !c->moe_sel || !c->moe_sel_w ||
-        !c->moe_first || !c->moe_tok || !c->moe_tok_w || !c->moe_x || !c->moe_out || !c->moe_live || !c->moe_q.q || (s.moe_k && !c->moe_q.k) ||
+        !c->moe_first || !c->moe_tok || !c->moe_tok_pair || !c->moe_weighted || !c->moe_x || !c->moe_out || !c->moe_live || !c->moe_q.q || (s.moe_k && !c->moe_q.k) ||
         (s.embd && !c->embd)) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", c->n_ctx, need / 1048576.0);
     }
@@ -216,7 +219,7 @@ void pi_context_release(pi_context *c) {
     free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
     free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
     free(c->run_rows); free(c->run_bytes); free(c->ffn_first); free(c->ffn_tokens); free(c->down_acc); free(c->embd);
-    free(c->moe_probs); free(c->moe_sel); free(c->moe_sel_w); free(c->moe_first); free(c->moe_tok); free(c->moe_tok_w);
+    free(c->moe_probs); free(c->moe_sel); free(c->moe_sel_w); free(c->moe_first); free(c->moe_tok); free(c->moe_tok_pair); free(c->moe_weighted);
     free(c->moe_x); free(c->moe_out); free(c->moe_live); free(c->moe_q.q); free(c->moe_q.k);
     free(c->seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick); free(c->att_blocks);
 }

@@ -61,10 +61,11 @@ struct pi_context {
     float *moe_sel_w;   /* [B][k]        and their weights */
     int32_t *moe_first; /* [n_expert+1]  expert e's pairs are [first[e], first[e + 1]) of moe_tok */
     int32_t *moe_tok;   /* [B*k]         the pairs' tokens, grouped by expert */
-    float *moe_tok_w;   /* [B*k]         and their weights */
+    int32_t *moe_tok_pair; /* [B*k]      and their pairs' index t * k + rank in moe_sel */
     float *moe_x;       /* [B][n_embd]   one expert's tokens' inputs */
     pi_act_store moe_q; /* [B][max(n_embd, n_ff_exp)/32] (/256) those inputs quantized, then its activation product */
     float *moe_out;     /* [B][n_embd]   its output per token */
+    float *moe_weighted; /* [B][k][n_embd] each pair's output times its weight, added in rank order */
     int32_t *moe_live;  /* [n_ff_exp]    a ReGLU expert's neurons with a gate > 0 (ffn_moe.c) */
     float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */
     pi_act_store out_q; /* [B][n_embd/32], [B][n_embd/256] */

@@ -50,7 +50,8 @@ void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a) {
     int32_t *first = c->moe_first;
     memset(first, 0, (size_t)(E + 1) * sizeof *first);
     for (int t = 0; t < n; t++) {
-        float *p = c->moe_probs + (size_t)t * E, sum = 0.0f;
+        float *p = c->moe_probs + (size_t)t * E;
+        double sum = 0.0; /* in double, as ggml's sum_rows */
         int32_t *sel = c->moe_sel + (size_t)t * k;
         float *w = c->moe_sel_w + (size_t)t * k;
         if (m->moe_gating == PI_GATING_SIGMOID) sigmoid(p, E);
@@ -64,8 +65,8 @@ void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a) {
             first[best + 1]++;
         }
         /* llama.cpp clamps the sum to f16's smallest normal, for sigmoids that all round to 0 */
-        sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
-        for (int j = 0; j < k; j++) w[j] /= sum;
+        const float total = (float)sum > 6.103515625e-5f ? (float)sum : 6.103515625e-5f;
+        for (int j = 0; j < k; j++) w[j] /= total;
     }
     for (int e = 0; e < E; e++) first[e + 1] += first[e];
     /* a counting sort: first[e] walks through e's pairs, ending at e + 1's start, then shifts back */
@@ -73,7 +74,7 @@ void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a) {
         for (int j = 0; j < k; j++) {
             const int32_t slot = first[c->moe_sel[(size_t)t * k + j]]++;
             c->moe_tok[slot] = t;
-            c->moe_tok_w[slot] = c->moe_sel_w[(size_t)t * k + j];
+            c->moe_tok_pair[slot] = t * k + j;
         }
     memmove(first + 1, first, (size_t)E * sizeof *first);
     first[0] = 0;
@@ -167,19 +168,35 @@ static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
     c->step_bytes += bytes;
 }
 
+/* y = w x, each product rounded (kept apart from the adds that follow, which must not fuse) */
+static void weigh(const float *x, float w, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = w * x[i];
+}
+
 void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const pi_model *m = c->model;
     const int d = m->info.n_embd;
     pi_moe_route(c, L, n, a);
-    memset(c->delta, 0, (size_t)n * d * sizeof(float));
     for (int e = 0; e < m->n_expert; e++) {
         const int32_t p0 = c->moe_first[e], count = c->moe_first[e + 1] - p0;
         if (count == 0) continue; /* not routed to: not read */
         const pi_act x = gather(c, a, c->moe_tok + p0, count);
         if (m->moe_skip_rows && count == 1) expert_live(c, L, e, x);
         else expert_dense(c, L, e, x, count);
-        for (int i = 0; i < count; i++)
-            c->vec.axpy(c->moe_tok_w[p0 + i], c->moe_out + (size_t)i * d, c->delta + (size_t)c->moe_tok[p0 + i] * d, d);
+        for (int i = 0; i < count; i++) {
+            const int32_t pair = c->moe_tok_pair[p0 + i];
+            weigh(c->moe_out + (size_t)i * d, c->moe_sel_w[pair], c->moe_weighted + (size_t)pair * d, d);
+        }
+    }
+    /* each token's weighted experts added in rank order, the products rounded first: llama.cpp's
+     * graph (a mul, then one add per expert after the first) */
+    const int k = m->n_expert_used;
+    for (int t = 0; t < n; t++) {
+        float *y = c->delta + (size_t)t * d;
+        const float *w = c->moe_weighted + (size_t)t * k * d;
+        memcpy(y, w, (size_t)d * sizeof(float));
+        for (int j = 1; j < k; j++)
+            for (int i = 0; i < d; i++) y[i] += w[(size_t)j * d + i];
     }
     c->step_bytes += (int64_t)n * (int64_t)pi_weight_bytes(&L->ffn_gate_inp);
 }

@@ -145,7 +145,7 @@ static void plan_units(pi_context *c, pi_expert_split *s, int with_device) {
         const int32_t p = c->moe_first[e];
         if (c->moe_first[e + 1] == p) continue; /* not routed to */
         s->expert[j] = e;
-        s->weight[j] = c->moe_tok_w[p];
+        s->weight[j] = c->moe_sel_w[c->moe_tok_pair[p]];
         s->has_hot[j] = 0;
         for (int r = 0; r < s->runs; r++) {
             const int unit = j * s->runs + r, hot = is_hot(s, m, j, r);

@@ -37,8 +37,40 @@ INLINE void float_step(int type, int R, int T, const uint8_t *const *rows, const
     }
 }
 
+/* dot(an F32 or F16 row, x) as ggml's AVX-512 vec_dot_f32 / vec_dot_f16 sum it, the order of
+ * llama.cpp's one-token path: 4 accumulators over steps of 64 values, added (0 + 2) + (1 + 3),
+ * then across lanes; the values past the last whole step added one at a time, in float (F32, an
+ * FMA each, as GCC contracts ggml's loop) or in double (F16). */
+INLINE float ggml_float_dot(int type, const uint8_t *row, const float *x, int n) {
+    __m512 s[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            s[j] = _mm512_fmadd_ps(load_float16(type, row, i + 16 * j, 0xffff),
+                                   act_as_weight_type16(type, _mm512_loadu_ps(x + i + 16 * j)), s[j]);
+    const float head = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3])));
+    if (type == PI_TYPE_F32) {
+        float sum = head;
+        for (int i = np; i < n; i++) sum = fmaf(((const float *)row)[i], x[i], sum);
+        return sum;
+    }
+    double sum = head;
+    for (int i = np; i < n; i++)
+        sum += (double)(pi_fp16_to_f32(((const pi_fp16 *)row)[i]) * pi_act_as_weight_type(type, x[i]));
+    return (float)sum;
+}
+
 INLINE void tile_floats(int type, int R, int T, const uint8_t *const *rows, const uintptr_t *ahead, pi_act x,
                         int t0, float *Y, int y_stride) {
+    if (type != PI_TYPE_BF16) { /* ggml's AVX-512 BF16 dot (vdpbf16ps) is not followed: BF16 sums as below */
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                Y[(size_t)t * y_stride + r] = ggml_float_dot(type, rows[r], x.f + (size_t)(t0 + t) * x.n, x.n);
+        return;
+    }
     const float *xs[MAX_TILE_TOKENS];
     __m512 acc[MAX_TILE_ROWS][MAX_TILE_TOKENS];
 #pragma GCC unroll 4
