@@ -134,9 +134,8 @@ def measure(path, chunks: list[np.ndarray], *, n_threads: int, tick: Callable[[i
     `dense`: an earlier measurement of the same model and chunks whose dense figures are kept
     (dense decode does not read the predictors), so only the sparse side runs."""
     modes = [dict(sparse=1)] if dense else [dict(sparse=0), dict(sparse=1)]
-    ppl, tok_s, stats, count = _race(path, chunks, modes, n_threads=n_threads, tick=tick)
-    rows = stats[-1]["ffn_rows_done"] / stats[-1]["ffn_rows_dense"] if stats[-1]["ffn_rows_dense"] else 1.0
-    return Measured(dense_ppl=dense.dense_ppl if dense else ppl[0], sparse_ppl=ppl[-1], rows_share=float(rows),
+    ppl, tok_s, rows, count = _race(path, chunks, modes, n_threads=n_threads, tick=tick)
+    return Measured(dense_ppl=dense.dense_ppl if dense else ppl[0], sparse_ppl=ppl[-1], rows_share=rows,
                     dense_tok_s=dense.dense_tok_s if dense else tok_s[0], sparse_tok_s=tok_s[-1], tokens=count)
 
 
@@ -145,18 +144,16 @@ def measure_expert_skip(path, chunks: list[np.ndarray], *, n_threads: int,
     """`measure` for a model with ReGLU experts: the model loaded computing every expert row and
     loaded skipping the dead ones (each with its own up_exps layout), taking turns chunk by chunk."""
     modes = [dict(sparse=0, moe_skip_rows=False), dict(sparse=0, moe_skip_rows=True)]
-    ppl, tok_s, stats, count = _race(path, chunks, modes, n_threads=n_threads, tick=tick)
-    # the dense run's rows are the routed experts' (the stats' ffn_rows_dense counts n_ff per layer)
-    rows = stats[1]["ffn_rows_done"] / stats[0]["ffn_rows_done"] if stats[0]["ffn_rows_done"] else 1.0
-    return ExpertsMeasured(dense_ppl=ppl[0], skip_ppl=ppl[1], rows_share=float(rows), dense_tok_s=tok_s[0],
+    ppl, tok_s, rows, count = _race(path, chunks, modes, n_threads=n_threads, tick=tick)
+    return ExpertsMeasured(dense_ppl=ppl[0], skip_ppl=ppl[1], rows_share=rows, dense_tok_s=tok_s[0],
                            skip_tok_s=tok_s[1], tokens=count)
 
 
 def _race(path, chunks: list[np.ndarray], modes: list[dict], *, n_threads: int,
-          tick: Callable[[int], None] | None) -> tuple[list[float], list[float], list[dict], int]:
+          tick: Callable[[int], None] | None) -> tuple[list[float], list[float], float, int]:
     """One context per mode (_context's keywords), taking turns chunk by chunk: (token-by-token
     perplexity of each, decode tok/s of each (the best of the first SPEED_REPEATS chunks), the
-    stats of each, the predictions made per mode)."""
+    share of FFN rows the last mode computed, the predictions made per mode)."""
     if len(chunks) < SPEED_REPEATS or len(chunks[0]) <= SPEED_PROMPT + SPEED_STEPS:
         raise ValueError(f"measure needs {SPEED_REPEATS} chunks of over {SPEED_PROMPT + SPEED_STEPS} tokens")
     runs = [_context(path, max(len(c) for c in chunks), n_threads=n_threads, **mode) for mode in modes]
@@ -172,12 +169,13 @@ def _race(path, chunks: list[np.ndarray], modes: list[dict], *, n_threads: int,
                 if tick:
                     tick(1)
             count += len(toks) - 1
-        stats = [ctx.stats() for _, ctx in runs]
+        stats = runs[-1][1].stats()
     finally:
         for model, ctx in runs:
             ctx.close()
             model.close()
-    return [float(np.exp(x / count)) for x in nll], [SPEED_STEPS / b for b in best], stats, count
+    rows = stats["ffn_rows_done"] / stats["ffn_rows_dense"] if stats["ffn_rows_dense"] else 1.0
+    return [float(np.exp(x / count)) for x in nll], [SPEED_STEPS / b for b in best], float(rows), count
 
 
 def decide(m: Measured, *, max_ppl_increase: float, min_speedup: float = DEFAULT_MIN_SPEEDUP) -> tuple[bool, str]:

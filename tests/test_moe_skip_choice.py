@@ -71,7 +71,9 @@ def test_skipping_gives_the_dense_experts_logits_bit_for_bit(tmp_path, name, wei
     assert skipped and not dense_skipped
     np.testing.assert_array_equal(skip, dense)
     n_layer = case.get("n_layer", DIMS["n_layer"])
-    assert dense_stats["ffn_rows_done"] == STEPS * n_layer * case["n_expert_used"] * case["n_ff_exp"]
+    assert dense_stats["ffn_rows_done"] == dense_stats["ffn_rows_dense"] == \
+        STEPS * n_layer * case["n_expert_used"] * case["n_ff_exp"]
+    assert skip_stats["ffn_rows_dense"] == dense_stats["ffn_rows_dense"]
     assert 0.3 < skip_stats["ffn_rows_done"] / dense_stats["ffn_rows_done"] < 0.7, (skip_stats, dense_stats)
 
 
