@@ -5,6 +5,7 @@ reason), the loader following it unless the caller overrides it, and the user to
 and why."""
 from __future__ import annotations
 
+import json
 import sys
 from contextlib import closing
 from pathlib import Path
@@ -162,7 +163,7 @@ def test_converter_writes_the_choice_and_the_runtime_follows_it(plain, tmp_path,
     assert fields[SKIP_KEY].types == [GGUFValueType.BOOL] and fields[SKIP_KEY].contents() is skip
     reason = fields[SKIP_DECISION_KEY].contents()
     assert reason.endswith(("skipping" if skip else "dense") + " chosen") and "(assumed)" in reason
-    rep = __import__("json").loads(out.with_name("st.profile.json").read_text())["expert_skip"]
+    rep = json.loads(out.with_name("st.profile.json").read_text())["expert_skip"]
     assert rep["skip_ppl"] == rep["dense_ppl"] and 0.3 < rep["rows_share"] < 0.7, rep
     with closing(NativeModel(out)) as m:
         assert m.info.moe_skip_rows == skip
