@@ -32,7 +32,8 @@ Output: every original key and tensor unchanged (same types and bytes), plus per
   blk.N.fc1.weight        ne {n_embd, r}: Q4_0 or Q8_0 when n_embd and r are multiples of 32, else F16
   blk.N.fc2.weight        ne {r, n_ff}: same type as fc1
   blk.N.ffn_down_t.weight ne {n_embd, n_ff}: ffn_down transposed, one row per neuron (write.down_t_type)
-(an MoE model instead gets its routing profile, no predictors: convert/experts.py)
+(an MoE model instead gets its routing profile, no predictors, and ReGLU experts the measured choice
+between skipping their dead rows and computing every row: convert/experts.py)
 and the powerinfer.* keys of `profile_keys`, plus powerinfer.sparse_default (BOOL) and
 powerinfer.sparse_decision (STRING), which `Llama(sparse=None)` follows. The runtime computes neuron i of layer N when
 (fc2 @ relu(fc1 @ x))[i] >= powerinfer.layer_thresholds[N] + its threshold shift, x being the

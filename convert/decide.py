@@ -15,6 +15,17 @@ perplexity before this):
 
 The keys written: powerinfer.sparse_default (BOOL) and powerinfer.sparse_decision (STRING);
 `Llama(sparse=None)` follows them (pypowerinfer/model.py: sparse_policy).
+
+ReGLU experts (smallthinker) have no predictors, but a one-token expert can skip its dead
+neurons' up rows and down blocks, which gives the same logits and pays only where enough
+neurons are dead:
+
+    measure_expert_skip(path, chunks, ...)  the same held-out decode, with the model loaded
+                                            skipping and dense (pi_model_params.moe_skip_rows)
+    decide_expert_skip(...)                 (skip by default?, the one-line reason)
+
+written as powerinfer.moe_skip_rows (BOOL) and powerinfer.moe_skip_decision (STRING), which
+the loader follows (pypowerinfer/model.py: moe_skip_policy).
 """
 from __future__ import annotations
 
@@ -70,10 +81,30 @@ def heldout_chunks(encode: Callable[[bytes], list[int]], bos: int | None) -> lis
     return chunks
 
 
-def _context(path, n_ctx: int, sparse: int, n_threads: int):
+@dataclass
+class ExpertsMeasured:
+    """What a ReGLU MoE model's choice rests on: held-out decode with dead expert rows skipped
+    and with every row computed."""
+    dense_ppl: float
+    skip_ppl: float
+    rows_share: float           # share of expert rows the skipping decode computed
+    dense_tok_s: float
+    skip_tok_s: float
+    speed_assumed: bool = False  # --assume-speedup: no timing (tests)
+    tokens: int = 0
+
+    @property
+    def speedup(self) -> float:
+        return self.skip_tok_s / self.dense_tok_s if self.dense_tok_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "speedup": self.speedup}
+
+
+def _context(path, n_ctx: int, sparse: int, n_threads: int, moe_skip_rows: bool | None = None):
     from pypowerinfer.model import NativeContext, NativeModel
 
-    model = NativeModel(path)
+    model = NativeModel(path, moe_skip_rows=moe_skip_rows)
     ctx = NativeContext(model, n_ctx=n_ctx, n_batch=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                         logits_all=False, sparse=sparse)
     return model, ctx
@@ -102,10 +133,30 @@ def measure(path, chunks: list[np.ndarray], *, n_threads: int, tick: Callable[[i
     first SPEED_PROMPT tokens (the tokens are fed, not sampled, so only decode is timed).
     `dense`: an earlier measurement of the same model and chunks whose dense figures are kept
     (dense decode does not read the predictors), so only the sparse side runs."""
+    modes = [dict(sparse=1)] if dense else [dict(sparse=0), dict(sparse=1)]
+    ppl, tok_s, rows, count = _race(path, chunks, modes, n_threads=n_threads, tick=tick)
+    return Measured(dense_ppl=dense.dense_ppl if dense else ppl[0], sparse_ppl=ppl[-1], rows_share=rows,
+                    dense_tok_s=dense.dense_tok_s if dense else tok_s[0], sparse_tok_s=tok_s[-1], tokens=count)
+
+
+def measure_expert_skip(path, chunks: list[np.ndarray], *, n_threads: int,
+                        tick: Callable[[int], None] | None = None) -> ExpertsMeasured:
+    """`measure` for a model with ReGLU experts: the model loaded computing every expert row and
+    loaded skipping the dead ones (each with its own up_exps layout), taking turns chunk by chunk."""
+    modes = [dict(sparse=0, moe_skip_rows=False), dict(sparse=0, moe_skip_rows=True)]
+    ppl, tok_s, rows, count = _race(path, chunks, modes, n_threads=n_threads, tick=tick)
+    return ExpertsMeasured(dense_ppl=ppl[0], skip_ppl=ppl[1], rows_share=rows, dense_tok_s=tok_s[0],
+                           skip_tok_s=tok_s[1], tokens=count)
+
+
+def _race(path, chunks: list[np.ndarray], modes: list[dict], *, n_threads: int,
+          tick: Callable[[int], None] | None) -> tuple[list[float], list[float], float, int]:
+    """One context per mode (_context's keywords), taking turns chunk by chunk: (token-by-token
+    perplexity of each, decode tok/s of each (the best of the first SPEED_REPEATS chunks), the
+    share of FFN rows the last mode computed, the predictions made per mode)."""
     if len(chunks) < SPEED_REPEATS or len(chunks[0]) <= SPEED_PROMPT + SPEED_STEPS:
         raise ValueError(f"measure needs {SPEED_REPEATS} chunks of over {SPEED_PROMPT + SPEED_STEPS} tokens")
-    modes = (1,) if dense else (0, 1)
-    runs = [_context(path, max(len(c) for c in chunks), sparse, n_threads) for sparse in modes]
+    runs = [_context(path, max(len(c) for c in chunks), n_threads=n_threads, **mode) for mode in modes]
     timed = range(SPEED_PROMPT, SPEED_PROMPT + SPEED_STEPS)
     nll, best, count = [0.0] * len(runs), [np.inf] * len(runs), 0
     try:
@@ -124,10 +175,7 @@ def measure(path, chunks: list[np.ndarray], *, n_threads: int, tick: Callable[[i
             ctx.close()
             model.close()
     rows = stats["ffn_rows_done"] / stats["ffn_rows_dense"] if stats["ffn_rows_dense"] else 1.0
-    dense_ppl = dense.dense_ppl if dense else float(np.exp(nll[0] / count))
-    dense_tok_s = dense.dense_tok_s if dense else SPEED_STEPS / best[0]
-    return Measured(dense_ppl=dense_ppl, sparse_ppl=float(np.exp(nll[-1] / count)), rows_share=float(rows),
-                    dense_tok_s=dense_tok_s, sparse_tok_s=SPEED_STEPS / best[-1], tokens=count)
+    return [float(np.exp(x / count)) for x in nll], [SPEED_STEPS / b for b in best], float(rows), count
 
 
 def decide(m: Measured, *, max_ppl_increase: float, min_speedup: float = DEFAULT_MIN_SPEEDUP) -> tuple[bool, str]:
@@ -150,3 +198,21 @@ def decision_keys(sparse_default: bool, reason: str) -> dict:
     from pypowerinfer.model import DECISION_KEY, DEFAULT_KEY
 
     return {DEFAULT_KEY: (bool(sparse_default), GGUFValueType.BOOL), DECISION_KEY: (reason, GGUFValueType.STRING)}
+
+
+def decide_expert_skip(m: ExpertsMeasured) -> tuple[bool, str]:
+    """Skip dead expert rows by default only when that decodes faster than dense experts here:
+    the logits are the same either way (the same products and sums), so speed alone decides."""
+    speed = (f"{m.skip_tok_s:.1f} tok/s vs dense experts {m.dense_tok_s:.1f} tok/s"
+             + (" (assumed)" if m.speed_assumed else " on this machine"))
+    on = m.skip_tok_s > m.dense_tok_s
+    return on, (f"skipping dead expert rows ({m.rows_share:.0%} of expert rows computed): {speed}: "
+                f"{'skipping' if on else 'dense'} chosen")
+
+
+def expert_skip_keys(skip: bool, reason: str) -> dict:
+    """The metadata of the experts' choice, named where the runtime reads them."""
+    from gguf import GGUFValueType
+    from pypowerinfer.model import SKIP_DECISION_KEY, SKIP_KEY
+
+    return {SKIP_KEY: (bool(skip), GGUFValueType.BOOL), SKIP_DECISION_KEY: (reason, GGUFValueType.STRING)}

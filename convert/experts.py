@@ -10,13 +10,16 @@ Output: the input's keys and tensors unchanged, plus per MoE layer
                           mean live share (relu(gate) != 0) given routing for ReLU-gated experts
 and powerinfer.format_version, .activation, .calibration_corpus, .calibration_tokens,
 .sparse_default (false) and .sparse_decision. native/src/placement.c ranks expert runs by them.
+ReGLU experts (smallthinker) also get .moe_skip_rows (BOOL) and .moe_skip_decision (STRING):
+whether a one-token expert skipping its dead neurons' rows decoded the held-out text faster than
+computing every row, on the machine converting it (decide.py: measure_expert_skip).
 """
 from __future__ import annotations
 
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
@@ -123,11 +126,27 @@ def decision(p: RouteProfile, info) -> str:
             f"no predictors for MoE FFNs); profiled {what} of {p.n_tokens} tokens for the device placement")
 
 
-def keys(p: RouteProfile, corpus_name: str, reason: str, format_version: int) -> dict:
+def keys(p: RouteProfile, corpus_name: str, reason: str, format_version: int, skip: dict | None = None) -> dict:
+    """The file's powerinfer.* keys; `skip`: the ReGLU experts' choice (choose_skip), if any."""
     u32, s = GGUFValueType.UINT32, GGUFValueType.STRING
     return {"powerinfer.format_version": (format_version, u32), "powerinfer.activation": (p.activation, s),
             "powerinfer.calibration_corpus": (corpus_name, s), "powerinfer.calibration_tokens": (p.n_tokens, u32),
-            **decide.decision_keys(False, reason)}
+            **decide.decision_keys(False, reason),
+            **(decide.expert_skip_keys(skip["skip"], skip["reason"]) if skip else {})}
+
+
+def choose_skip(args, staged, tokenizer) -> dict:
+    """ReGLU experts: held-out decode speed of the file to be written (`staged`, which loads
+    with the activation profiled) skipping dead expert rows and computing every row
+    (decide.measure_expert_skip), and the choice."""
+    bos = tokenizer.bos_id if tokenizer.add_bos and tokenizer.bos_id >= 0 else None
+    heldout = decide.heldout_chunks(lambda b: tokenizer.encode(b, add_bos=False, special=False), bos)
+    m = decide.measure_expert_skip(staged, heldout, n_threads=args.threads)
+    if args.assume_speedup is not None:
+        m = replace(m, dense_tok_s=1.0, skip_tok_s=float(args.assume_speedup), speed_assumed=True)
+    skip, reason = decide.decide_expert_skip(m)
+    log.info("experts: %s", reason)
+    return {"skip": skip, "reason": reason, **m.as_dict()}
 
 
 def placement_preview(out) -> list[dict]:
@@ -164,15 +183,22 @@ def convert(args, *, src, out, reader, markers, model, tokenizer, format_version
     model.close()
     reason = decision(p, info)
     log.info("decision: %s", reason)
+    skip = None
     with write.Staging(out) as staging:
-        staging.commit(staging.write(write.write_gguf, reader, tensors(p), keys(p, name, reason, format_version),
-                                     drop_profile=bool(markers)))
+        staged = staging.write(write.write_gguf, reader, tensors(p), keys(p, name, reason, format_version),
+                               drop_profile=bool(markers))
+        if p.activation == "relu_glu":  # then written again with the choice's keys
+            skip = choose_skip(args, staged, tokenizer)
+            staging.discard(staged)
+            staged = staging.write(write.write_gguf, reader, tensors(p), keys(p, name, reason, format_version, skip),
+                                   drop_profile=bool(markers))
+        staging.commit(staged)
     log.info("wrote %s (%.1f MB)", out, out.stat().st_size / 1e6)
     rep = {"input": str(src), "output": str(out), "moe": True, "n_layer": info.n_layer, "n_expert": info.n_expert,
            "n_expert_used": info.n_expert_used, "n_ff_exp": info.n_ff_exp, "activation": p.activation,
            "calibration": {"corpus": name, "tokens": p.n_tokens}, "profile_seconds": p.seconds,
            "expert_freq": p.exp_freq.tolist(), "run_freq": p.run_freq.tolist(),
-           "decision": {"sparse_default": False, "reason": reason},
+           "decision": {"sparse_default": False, "reason": reason}, "expert_skip": skip,
            "placement": placement_preview(out), "seconds": time.perf_counter() - t0}
     print_table(rep, sys.stdout)
     report.save(rep, out, plot=False)
@@ -192,3 +218,5 @@ def print_table(rep: dict, stream) -> None:
         stream.write(f"budget {row['budget_share']:.0%}: experts {row['expert_bytes'] / 2**20:.2f} MiB, mean expert "
                      f"coverage {row['mean_expert_coverage']:.1%}\n")
     stream.write(f"decision: {rep['decision']['reason']}\n")
+    if rep.get("expert_skip"):
+        stream.write(f"experts:  {rep['expert_skip']['reason']}\n")

@@ -3,7 +3,8 @@
     python -m pypowerinfer -m MODEL -p PROMPT -n N -t THREADS
 
 Tokens are printed as they are generated, then prompt and generation speed, and which FFN mode
-ran and why (the file's measured decision unless --sparse or --no-sparse says otherwise).
+ran and why (the file's measured decision unless --sparse or --no-sparse says otherwise); for
+ReGLU experts, also whether their dead rows were skipped and why (--moe-skip, --no-moe-skip).
 """
 from __future__ import annotations
 
@@ -38,6 +39,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                       help="dense FFN even when the model has predictors")
     mode.add_argument("--sparse", dest="sparse", action="store_true", default=None,
                       help="sparse decode even where the file's converter chose dense")
+    experts = p.add_mutually_exclusive_group()
+    experts.add_argument("--no-moe-skip", dest="moe_skip_rows", action="store_false", default=None,
+                         help="ReGLU experts (smallthinker): compute every row, even where the file chose skipping")
+    experts.add_argument("--moe-skip", dest="moe_skip_rows", action="store_true", default=None,
+                         help="ReGLU experts: skip dead neurons' rows, even where the file chose dense")
     p.add_argument("--sparse-shift", type=float, default=0.0,
                    help="added to every predictor threshold: > 0 skips more neurons (faster, less exact)")
     p.add_argument("--vram-budget", default=None,
@@ -57,7 +63,7 @@ def main(argv=None) -> int:
         model = args.model or str(default_model_path())
         llm = Llama(model, n_ctx=args.ctx_size, n_batch=args.batch_size, n_threads=threads,
                     n_threads_batch=args.threads_batch or threads, seed=args.seed, verbose=args.verbose,
-                    sparse=args.sparse, sparse_threshold_shift=args.sparse_shift,
+                    sparse=args.sparse, sparse_threshold_shift=args.sparse_shift, moe_skip_rows=args.moe_skip_rows,
                     vram_budget=args.vram_budget, hybrid_device=args.hybrid_device, n_gpu_layers=args.n_gpu_layers)
     except (OSError, ValueError, NotImplementedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -108,6 +114,8 @@ def main(argv=None) -> int:
               f"({n_gen / t_gen if t_gen > 0 else 0:.1f} tokens/s), {threads} threads, kernels "
               f"{llm._ctx.kernels}, {ffn}", file=sys.stderr)
         print(f"FFN mode:    {llm.sparse_mode}: {llm.sparse_reason}", file=sys.stderr)
+        if llm.expert_mode is not None:
+            print(f"experts:     {llm.expert_mode}: {llm.expert_reason}", file=sys.stderr)
     return 0
 
 

@@ -25,7 +25,7 @@ from .grammar import LlamaGrammar
 from .kv_cache import describe as describe_kv_cache, kv_cache_type
 from .llama_speculative import LlamaDraftModel
 from .llama_tokenizer import LlamaTokenizer
-from .model import NativeAdapter, NativeContext, NativeModel, sparse_policy
+from .model import NativeAdapter, NativeContext, NativeModel, moe_skip_policy, sparse_policy
 from .placement import open_context
 from .pooling import check_pooling, pool, pooling_of
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
@@ -79,6 +79,7 @@ class Llama:
         ffn_act: Optional[str] = None,
         sparse: Union[bool, str, None] = None,
         sparse_threshold_shift: float = 0.0,
+        moe_skip_rows: Optional[bool] = None,
         vram_budget: Union[int, str, None] = None,
         hybrid_device: str = "auto",
         lora_base: Optional[str] = None,
@@ -108,12 +109,18 @@ class Llama:
         # no such key), True runs the predicted neurons only for generated tokens, "all" for
         # prompts too, False always dense; sparse_threshold_shift > 0 is sparser. sparse_mode
         # ("dense", "decode", "all") and sparse_reason say what runs and why.
+        # moe_skip_rows: ReGLU experts (smallthinker) skip a one-token expert's dead neurons' rows
+        # (True) or compute every row (False); None (the default) follows the file's decision
+        # (powerinfer.moe_skip_rows, which the converter measured; skipping where a file has no such
+        # key). expert_mode ("skip", "dense", None without ReGLU experts) and expert_reason say
+        # what runs and why.
         # vram_budget (bytes, "2G", "25%" of the model's bytes, "auto"): the hot/cold split of a
         # profiled model; hybrid_device "auto" (CUDA when a device exists), "cuda", "host" (the
         # stand-in device that runs the split on a host thread), "none".
         # repack: the dense matmuls' block-format and Q4_K/Q5_K/Q6_K weights in groups of 16 rows at load, the
         # layout the grouped GEMM streams (native/src/kernels/groups.c); False keeps the file's
-        self._model = NativeModel(model_path, vocab_only=vocab_only, ffn_act=ffn_act, repack=repack)
+        self._model = NativeModel(model_path, vocab_only=vocab_only, ffn_act=ffn_act, repack=repack,
+                                  moe_skip_rows=moe_skip_rows)
         self._ctx: Optional[NativeContext] = None
         self._adapter: Optional[NativeAdapter] = None
         # lora_path: a LoRA adapter (llama.cpp's GGUF) applied at run time with lora_scale; as in
@@ -131,6 +138,7 @@ class Llama:
         self._chat_formats = ChatFormats(self.metadata, self.tokenizer_)
         mode, self.sparse_reason = sparse_policy(sparse, meta, self._model.has_predictors)
         self.sparse_mode = mode.label
+        self.expert_mode, self.expert_reason = moe_skip_policy(moe_skip_rows, meta, self._model.info)
         self.last_n_tokens_size = last_n_tokens_size
         self._seed = seed or LLAMA_DEFAULT_SEED
         self._logits_all = logits_all

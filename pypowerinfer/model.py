@@ -82,6 +82,39 @@ def sparse_policy(option: bool | str | None, meta: dict, has_predictors: bool) -
     return mode, reason
 
 
+SKIP_KEY = "powerinfer.moe_skip_rows"               # BOOL: ReGLU experts measured faster skipping dead rows here
+SKIP_DECISION_KEY = "powerinfer.moe_skip_decision"  # STRING: why
+
+
+def moe_skip_option(option: bool | None) -> int:
+    """pi_model_params.moe_skip_rows of Llama's moe_skip_rows=: None follows the file's SKIP_KEY
+    (-1), True skips dead expert rows (1), False computes experts densely (0)."""
+    if option is None:
+        return -1
+    if not isinstance(option, bool):
+        raise ValueError(f"moe_skip_rows must be None, True or False, not {option!r}")
+    return int(option)
+
+
+def moe_skip_policy(option: bool | None, meta: dict, info: ModelInfo | None) -> tuple[str | None, str]:
+    """(mode, reason) of what a model's ReGLU experts run, for the user: mode "skip" (the dead
+    neurons' rows of a one-token expert are not read) or "dense", None for a model without ReGLU
+    experts. `info` is the loaded model's (native chose the mode: info.moe_skip_rows); the reason
+    is the file's SKIP_DECISION_KEY when the file chose. A decision key of the wrong type is a
+    ValueError naming it (native refuses a SKIP_KEY of the wrong type)."""
+    decision = meta.get(SKIP_DECISION_KEY)
+    if decision is not None and not isinstance(decision, str):
+        raise ValueError(f"metadata key {SKIP_DECISION_KEY} must be a STRING, not {type(decision).__name__}")
+    if info is None or not info.n_expert or info.ffn_act != "relu_glu":
+        return None, "the model has no ReGLU experts"
+    mode = "skip" if info.moe_skip_rows else "dense"
+    if option is not None:
+        return mode, f"moe_skip_rows={option!r} given"
+    if SKIP_KEY not in meta:
+        return mode, f"the file has no {SKIP_KEY} key: dead expert rows skipped, the default"
+    return mode, decision or f"{SKIP_KEY} = {str(meta[SKIP_KEY]).lower()}"
+
+
 class KernelImpl(IntEnum):
     """The CPU kernels a context runs (pi_context_params.kernel_impl, which has no named constants)."""
     AUTO = 0    # the best the CPU supports
@@ -109,6 +142,7 @@ class ModelInfo:
     n_expert: int = 0       # an MoE FFN: experts per layer, routed per token, neurons each; 0 if dense
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    moe_skip_rows: bool = False  # ReGLU experts skip their dead neurons' rows (pi_model_params.moe_skip_rows)
 
 
 @dataclass(frozen=True)
@@ -193,7 +227,7 @@ class NativeModel(_Owned):
     _what = "model"
 
     def __init__(self, path: str | os.PathLike, vocab_only: bool = False, ffn_act: str | None = None,
-                 repack: bool = True):
+                 repack: bool = True, moe_skip_rows: bool | None = None):
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"Model path does not exist: {self.path}")
@@ -201,6 +235,8 @@ class NativeModel(_Owned):
         params.vocab_only = int(vocab_only)
         # repack: the dense matmuls' Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights in row groups (the file is not written)
         params.repack = int(repack)
+        # ReGLU experts: skip dead neurons' rows (True), compute them (False), or the file's choice (None)
+        params.moe_skip_rows = moe_skip_option(moe_skip_rows)
         if ffn_act is not None:
             codes = {name: code for code, name in ACTIVATIONS.items()}
             if ffn_act not in codes:
@@ -221,7 +257,7 @@ class NativeModel(_Owned):
             norm_eps=info.norm_eps, rope_freq_base=info.rope_freq_base, rope_freq_scale=info.rope_freq_scale,
             ffn_act=ACTIVATIONS[info.ffn_act], tied_output=bool(info.tied_output),
             causal=bool(info.causal), n_expert=info.n_expert, n_expert_used=info.n_expert_used,
-            n_ff_exp=info.n_ff_exp,
+            n_ff_exp=info.n_ff_exp, moe_skip_rows=bool(info.moe_skip_rows),
         )
 
     def metadata(self) -> dict[str, object]:

@@ -46,6 +46,10 @@ typedef struct {
                      * rearranged at load into groups of 16 rows (kernels/groups.c), in place in the
                      * private mapping (the file is never written; a device's upload puts the rows back
                      * in order); 0 keeps the file's row-major layout */
+    int moe_skip_rows; /* ReGLU experts (smallthinker): 1 skips a one-token expert's dead neurons' up
+                        * rows and down blocks, 0 computes every row; -1 (the default) follows the
+                        * file's BOOL powerinfer.moe_skip_rows (which the converter measured), 1
+                        * where it is absent. Ignored by models without ReGLU experts */
 } pi_model_params;
 
 PI_API pi_model_params pi_model_default_params(void);
@@ -61,6 +65,7 @@ typedef struct {
                        * takes its whole input at once (n_tokens <= n_batch) from position 0 */
     int32_t n_expert, n_expert_used, n_ff_exp; /* an MoE FFN: experts per layer, routed per token, neurons
                                                 * each; 0 in a dense model */
+    int32_t moe_skip_rows; /* 1: ReGLU experts skip their dead neurons' rows (pi_model_params.moe_skip_rows) */
 } pi_model_info;
 
 /* *_GLU: act(gate) * up (or act(gate) * act(up)); RELU and GELU: act(up), FFNs without a gate */

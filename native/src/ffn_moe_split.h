@@ -74,7 +74,7 @@ pi_expert_run_rows pi_expert_run_rows_of(const pi_model *m, const pi_layer *L, i
 uint64_t pi_expert_run_bytes(const pi_expert_run_rows *w);
 
 /* Unit u of the token from the rows w: gate and up of its neurons, the model's activation, and
- * its partial down sum into its slot. A ReGLU expert (model.moe_skip_rows, smallthinker) reads its
+ * its partial down sum into its slot. A skipping ReGLU expert (model.moe_skip_rows, smallthinker) reads its
  * gate rows, then only the live neurons' up rows and down's column blocks holding a live neuron
  * (ffn_moe.h's pi_reglu_token, as pi_ffn_moe's one-token
  * experts do); rows_done and bytes_done count what was read. Single-threaded: the CPU threads

@@ -226,10 +226,19 @@ void pi_one_segment(pi_context *c, int n, int pos0) {
     c->n_segs = 1;
 }
 
+/* The FFN rows a dense step computes for a token: each layer's n_ff, or an MoE layer's routed
+ * experts' rows (what ffn_rows_done counts there) */
+static int64_t dense_ffn_rows(const pi_model *m) {
+    int64_t rows = 0;
+    for (int il = 0; il < m->info.n_layer; il++)
+        rows += m->layers[il].ffn_gate_inp.data ? (int64_t)m->n_expert_used * m->n_ff_exp : m->info.n_ff;
+    return rows;
+}
+
 int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;
-    const int d = h->n_embd, n_ff = h->n_ff;
+    const int d = h->n_embd;
     int rc;
 
     /* x[t] = token_embd[tokens[t]], on the host */
@@ -265,10 +274,11 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
     }
     for (int i = 0; i < c->n_segs; i++) c->seq_len[c->segs[i].seq] = c->segs[i].pos0 + c->segs[i].n;
     c->stats.tokens += n;
-    c->stats.ffn_rows_dense += (int64_t)n * n_ff * h->n_layer;
+    const int64_t rows_dense = dense_ffn_rows(m);
+    c->stats.ffn_rows_dense += (int64_t)n * rows_dense;
     if (n == 1) { /* a generated token: what the sparse ceiling is measured on */
         c->stats.decode_steps++;
-        c->stats.decode_ffn_rows_dense += (int64_t)n_ff * h->n_layer;
+        c->stats.decode_ffn_rows_dense += rows_dense;
         c->stats.decode_ffn_rows_done += c->stats.ffn_rows_done - rows_before;
         c->stats.decode_weight_bytes += c->step_bytes;
     }

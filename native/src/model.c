@@ -65,7 +65,7 @@ static int read_activation(pi_model *m) {
 }
 
 PI_API pi_model_params pi_model_default_params(void) {
-    pi_model_params p = { .vocab_only = 0, .ffn_act = -1, .repack = 1 };
+    pi_model_params p = { .vocab_only = 0, .ffn_act = -1, .repack = 1, .moe_skip_rows = -1 };
     return p;
 }
 
@@ -709,7 +709,7 @@ enum { LAYER_DENSE = 10 };
  * own whole groups, or the dense FFN), then the output (tied: the token embedding, whose row
  * lookup learns the groups, pi_token_rows); NULL where that one is read otherwise. Left out: the
  * predictors, ffn_down_t, a predicted layer's gate and up, whose rows the sparse FFN picks
- * one by one, and ReGLU experts' up, whose live rows ffn_moe.c picks (a group block holds a
+ * one by one, and skipping ReGLU experts' up, whose live rows ffn_moe.c picks (a group block holds a
  * block of all 16 rows, so down's live column blocks can be picked in groups too). */
 static pi_weight *dense_only(pi_model *m, int i) {
     if (i == m->info.n_layer * LAYER_DENSE) return m->info.tied_output ? &m->token_embd : &m->output;
@@ -749,6 +749,24 @@ static int group_weights(pi_model *m) {
     return PI_OK;
 }
 
+/* Whether ReGLU experts skip their dead neurons' rows: the caller's choice (0 or 1), else the
+ * file's powerinfer.moe_skip_rows, which the converter measured, else skipping (trained
+ * SmallThinker experts are sparse). Decided at load because it sets up_exps' layout: row-major
+ * for picking live rows, grouped for the dense matmul. */
+static int choose_moe_skip(pi_model *m, int choice) {
+    static const char key[] = "powerinfer.moe_skip_rows";
+    if (choice < -1 || choice > 1)
+        return pi_set_error(PI_ERR_ARG, "pi_model_params.moe_skip_rows must be -1, 0 or 1, not %d", choice);
+    const int reglu_experts = m->n_expert && m->info.ffn_act == PI_ACT_RELU_GLU;
+    const gguf_kv *kv = gguf_find_kv(&m->file, key);
+    if (reglu_experts && choice < 0 && kv) {
+        if (kv->type != PI_META_BOOL) return pi_set_error(PI_ERR_FORMAT, "metadata key %s must be a BOOL", key);
+        choice = kv->value[0] != 0;
+    }
+    m->info.moe_skip_rows = m->moe_skip_rows = reglu_experts && choice != 0;
+    return PI_OK;
+}
+
 PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **out) {
     if (!path || !out) return pi_set_error(PI_ERR_ARG, "pi_model_load: NULL argument");
     *out = NULL;
@@ -767,8 +785,7 @@ PI_API int pi_model_load(const char *path, pi_model_params params, pi_model **ou
             m->info.ffn_act = params.ffn_act;
         }
         if (!rc) rc = check_activation(m);
-        /* ReGLU experts skip their dead neurons' up rows, so those stay row-major */
-        m->moe_skip_rows = m->n_expert && m->info.ffn_act == PI_ACT_RELU_GLU;
+        if (!rc) rc = choose_moe_skip(m, params.moe_skip_rows);
         if (!rc && params.repack) rc = group_weights(m);
     }
     if (rc) {

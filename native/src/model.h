@@ -83,7 +83,8 @@ struct pi_model {
     int32_t n_expert, n_expert_used, n_ff_exp; /* MoE: experts per layer, routed per token, neurons each; 0 if dense */
     int moe_gating;         /* PI_GATING_*: the router's probabilities from its logits */
     int router_on_input;    /* the router reads the layer's input, before attention (smallthinker) */
-    int moe_skip_rows;      /* ReGLU experts: a neuron whose gate is <= 0 adds exactly 0, so its up and down are skipped */
+    int moe_skip_rows;      /* ReGLU experts: a neuron whose gate is <= 0 adds exactly 0, so its up and down are skipped
+                             * (where the file or the caller chose it, model.c: choose_moe_skip) */
     float attn_softcap, final_softcap; /* cap * tanh(z / cap) of the attention scores and of the
                                         * logits, where the metadata asks (Gemma 2's keys); 0: none */
     pi_layer *layers;       /* [n_layer] */
