@@ -131,7 +131,7 @@ static inline PI_HOST_DEVICE int pi_type_is_kquant(uint32_t type) { return pi_ty
 
 /* Activation block: every quantized weight type is dotted against this one format.
  * s = d * sum(qs) lets the "+ m" of Q4_1/Q5_1 cost one multiply a block; sum = sum(qs) lets the
- * grouped kernels take a format's offset ("- 8", "+ 128") off in integers, exactly, where a float
+ * grouped Q4_0 kernel take the stored offset ("- 8") off in integers, exactly, where a float
  * offset term would cancel against the dot and lose its low bits. */
 typedef struct { float d; float s; int8_t qs[QK]; int32_t sum; } block_q8x;
 static_assert(sizeof(block_q8x) == 44, "q8x block");
