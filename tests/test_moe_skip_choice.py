@@ -150,15 +150,16 @@ def test_decide_expert_skip_picks_the_faster():
 
 
 @pytest.mark.parametrize("speedup,skip", [(0.5, False), (2.0, True)])
-def test_converter_writes_the_choice_and_the_runtime_follows_it(plain, tmp_path, capsys, speedup, skip):
+def test_converter_writes_the_choice_and_the_runtime_follows_it(plain, tmp_path, capsysbinary, speedup, skip):
     """add_profile.py on a smallthinker file: the held-out decode measured both ways (the speeds
     assumed here, so the test does not time a busy machine), the same perplexity (the same
-    logits), the choice and its reason in the file, which the loader, Llama and the CLI follow."""
+    logits), the choice and its reason in the file, which the loader, Llama and the CLI follow.
+    Output captured as bytes: the CLI writes a random model's tokens, not always UTF-8."""
     out = tmp_path / "st.powerinfer.gguf"
     argv = [str(plain), "-o", str(out), "--tokens", "512", "-q", "--no-plot", "--threads", "2",
             "--assume-speedup", str(speedup)]
     assert add_profile.main(argv) == 0
-    assert "experts:" in capsys.readouterr().out
+    assert b"experts:" in capsysbinary.readouterr().out
     fields = GGUFReader(out).fields
     assert fields[SKIP_KEY].types == [GGUFValueType.BOOL] and fields[SKIP_KEY].contents() is skip
     reason = fields[SKIP_DECISION_KEY].contents()
@@ -170,4 +171,5 @@ def test_converter_writes_the_choice_and_the_runtime_follows_it(plain, tmp_path,
     with Llama(str(out), n_ctx=32, verbose=False) as llm:
         assert llm.expert_mode == ("skip" if skip else "dense") and llm.expert_reason == reason
     assert cli.main(["-m", str(out), "-p", "Hi", "-n", "2", "-t", "2", "-c", "64"]) == 0
-    assert f"experts:     {'skip' if skip else 'dense'}: {reason}" in capsys.readouterr().err
+    err = capsysbinary.readouterr().err.decode(errors="replace")
+    assert f"experts:     {'skip' if skip else 'dense'}: {reason}" in err
