@@ -233,7 +233,7 @@ class NativeModel(_Owned):
             raise FileNotFoundError(f"Model path does not exist: {self.path}")
         params = lib.pi_model_default_params()
         params.vocab_only = int(vocab_only)
-        # repack: the dense matmuls' Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights in row groups (the file is not written)
+        # repack: the dense matmuls' Q4_0/Q4_K/Q5_K/Q6_K weights in row groups (the file is not written)
         params.repack = int(repack)
         # ReGLU experts: skip dead neurons' rows (True), compute them (False), or the file's choice (None)
         params.moe_skip_rows = moe_skip_option(moe_skip_rows)
