@@ -29,7 +29,7 @@ def attention(impl, tiled, q, k, v, w, lo, hi, scale):
 
 @pytest.mark.parametrize("impl", ["ref", "avx2", "avx512"])
 @pytest.mark.parametrize("hd", [8, 24, 40, 64, 72, 128, 256, 264])
-@pytest.mark.parametrize("nq, n", [(1, 1), (3, 2), (7, 37), (32, 19), (30, 70)])
+@pytest.mark.parametrize("nq, n", [(1, 1), (3, 2), (7, 37), (32, 19), (30, 70), (9, 1100)])
 def test_tile_ops_equal_each_query_alone(impl, hd, nq, n):
     """Query and key counts off the tile's 3 x 2, head sizes off 16 and 32, rows a wider stride
     apart (a head's slice of the cache), each query its own range of rows: the tile ops equal the
@@ -97,28 +97,33 @@ def ggml_dot_f16(x, y, epr, pad=False):
 
 @pytest.mark.parametrize("impl", ["ref", "avx2", "avx512"])
 @pytest.mark.parametrize("hd", [32, 64, 72, 128])
-@pytest.mark.parametrize("n", [1, 37, 130])
-def test_f16_sums_are_ggml_vec_dot_f16s(impl, hd, n):
+@pytest.mark.parametrize("n, nq", [(1, 1), (37, 1), (130, 1), (130, 6), (1100, 5)])
+def test_f16_sums_are_ggml_vec_dot_f16s(impl, hd, n, nq):
     """Each tier's scores and mix are llama.cpp's (ggml's build for that instruction set) bit for
     bit: q . k as ggml_vec_dot_f16 over the head, and each output value as ggml_vec_dot_f16 of V's
-    transposed row with the f16 weights over the (zero-padded) positions."""
+    transposed row with the f16 weights over the (zero-padded) positions. Several queries are a
+    causal block's (their rows start together, each ends at its own), taken as one tile; 1100
+    positions are three of AVX-512's windows of V."""
     if not impl_available(impl):
         pytest.skip(f"{impl} not available on this CPU")
-    rng = np.random.default_rng(hd * 1000 + n)
+    rng = np.random.default_rng(hd * 1000 + n + nq)
     stride = 2 * hd
-    q = rng.standard_normal((1, hd)).astype(np.float16).astype(np.float32)
+    q = rng.standard_normal((nq, hd)).astype(np.float16).astype(np.float32)
     k = rng.standard_normal((n, stride)).astype(np.float16)
     v = rng.standard_normal((n, stride)).astype(np.float16)
-    w = (rng.random((1, n)) / n).astype(np.float16).astype(np.float32)
-    lo, hi = np.zeros(1, np.int32), np.array([n - 1], np.int32)
+    w = (rng.random((nq, n)) / n).astype(np.float16).astype(np.float32)
+    lo = np.zeros(nq, np.int32)
+    hi = np.maximum(n - 1 - np.arange(nq) * 7, 0).astype(np.int32)
     scale = np.float32(0.125)
-    scores, out = attention(impl, 0, q, k.view(np.uint16), v.view(np.uint16), w, lo, hi, scale)
+    scores, out = attention(impl, 1, q, k.view(np.uint16), v.view(np.uint16), w, lo, hi, scale)
     epr = LANES[impl]
     kf, vf = k[:, :hd].astype(np.float32), v[:, :hd].astype(np.float32)
-    want_scores = np.array([ggml_dot_f16(kf[p], q[0], epr) * scale for p in range(n)], np.float32)
-    want_out = np.array([ggml_dot_f16(vf[:, i], w[0], epr, pad=True) for i in range(hd)], np.float32)
-    np.testing.assert_array_equal(scores[0], want_scores)
-    np.testing.assert_array_equal(out[0], want_out)
+    for r in range(nq):
+        want_scores = np.array([ggml_dot_f16(kf[p], q[r], epr) * scale for p in range(n)], np.float32)
+        rows = hi[r] + 1
+        want_out = np.array([ggml_dot_f16(vf[:rows, i], w[r, :rows], epr, pad=True) for i in range(hd)], np.float32)
+        np.testing.assert_array_equal(scores[r], want_scores)
+        np.testing.assert_array_equal(out[r], want_out)
 
 
 def logits(path, tokens, n_batch, impl=0, n_ctx=128):

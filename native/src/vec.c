@@ -369,29 +369,6 @@ AVX512 static __m512 load_f16x(const pi_fp16 *p, int eight) {
     return eight ? _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p))) : load_f16x16(p);
 }
 
-/* lanes l and l + 8 of one query's sums (see mix_f16_avx512) over positions [s, n) of a window
- * whose rows x holds (16 floats a row, from position w0): the positions j * 16 + l of each 64 into
- * accumulator a[j], those of l + 8 into b[j], two lanes together so that 8 chains of fmas overlap */
-AVX512 static void mix_lanes_from(const float *p, const float *x, int w0, int n, int l, int s, __m512 a[4], __m512 b[4]) {
-    for (; s + 64 <= n; s += 64)
-        for (int j = 0; j < 4; j++) {
-            const int at = s + 16 * j + l;
-            a[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at - w0) * 16), _mm512_set1_ps(p[at]), a[j]);
-            b[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at + 8 - w0) * 16), _mm512_set1_ps(p[at + 8]), b[j]);
-        }
-    for (int j = 0; j < 4; j++) { /* the last, partial step: its missing positions weigh 0 */
-        const int at = s + 16 * j + l;
-        if (at < n) a[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at - w0) * 16), _mm512_set1_ps(p[at]), a[j]);
-        if (at + 8 < n) b[j] = _mm512_fmadd_ps(_mm512_load_ps(x + (at + 8 - w0) * 16), _mm512_set1_ps(p[at + 8]), b[j]);
-    }
-}
-
-/* lanes l and l + 8's accumulators added (0 + 2) + (1 + 3) into y */
-AVX512 static void mix_lanes_sum(const __m512 a[4], const __m512 b[4], int l, __m512 y[16]) {
-    y[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
-    y[l + 8] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
-}
-
 /* the lanes' sums y reduced as hsum16 reduces a register's lanes, into 16 values (or 8) of out */
 AVX512 static void mix_store(__m512 y[16], int eight, float *out) {
     for (int w = 8; w >= 2; w /= 2) /* halves, halves, then (0 + 2) and (1 + 3) */
@@ -399,78 +376,98 @@ AVX512 static void mix_store(__m512 y[16], int eight, float *out) {
     _mm512_mask_storeu_ps(out, eight ? 0x00ff : 0xffff, _mm512_add_ps(y[0], y[1]));
 }
 
-/* positions a pass over the lanes takes before the next 16 values' lanes. A lane's rows are 16
- * apart, which in the cache maps them (a power-of-2 stride) onto the same few L1 sets: a window's
- * 16 values of each row are first copied, in float, into a dense block that L1 holds (16 KiB) */
-enum { MIX_WINDOW = 256 };
+/* rows of V a window holds: 16 values (floats) of each, 32 KiB, which L1/L2 keep close while
+ * every query of a group sums over them */
+enum { MIX_ROWS = 512, MIX_STEPS = MIX_ROWS / 16 };
 
-/* 16 values (or 8, then zeros) at column i of rows [w0, w1) into x, 16 floats a row */
+/* the 16 values (or 8, then zeros) at column i of rows [w0, w1) into x lane by lane: row
+ * w0 + 16 s + l at x[l][s], so that the rows one lane sums are consecutive (16 apart in the cache
+ * they would share a few L1 sets) */
 AVX512 static void mix_window(const pi_fp16 *v, size_t stride, int i, int eight, int w0, int w1, float *x) {
-    for (int r = w0; r < w1; r++) _mm512_store_ps(x + (r - w0) * 16, load_f16x(v + (size_t)r * stride + i, eight));
+    for (int r = w0; r < w1; r++)
+        _mm512_store_ps(x + (size_t)((r - w0) % 16 * MIX_STEPS + (r - w0) / 16) * 16, load_f16x(v + (size_t)r * stride + i, eight));
 }
 
-/* out value i = ggml_vec_dot_f16 (AVX-512) of V's transposed row i with the weights: position
- * j of each 64 in lane j % 16 of accumulator j / 16. 16 values at a time (an odd 8 last), their
- * lanes' accumulators kept in acc between windows, then their sums y[l] side by side reduced as
- * hsum16 reduces a register's lanes */
-AVX512 static void mix_f16_avx512(const float *p, const pi_fp16 *v, size_t stride, int n, int hd, float *out) {
-    if (hd % 8) {
-        mix_f16_ref(p, v, stride, n, hd, out);
-        return;
+/* Lane l of a window for nq queries (a constant once inlined): row w0 + 16 s + l times query q's
+ * weight fma'd into a[q][s % 4], as mix_f16_avx512 places it; each x row loaded once for all of
+ * them, each query stopping at its own n[q] rows. */
+static inline __attribute__((always_inline)) AVX512 void mix_lane(const float *x, const float *const *p, const int *n,
+                                                                   int nq, int w0, int l, __m512 a[4][4]) {
+    int last[4], common = MIX_STEPS, most = 0; /* steps whose row each query has */
+    for (int q = 0; q < nq; q++) {
+        const int s = (n[q] - w0 - l + 15) / 16;
+        last[q] = s < 0 ? 0 : s > MIX_STEPS ? MIX_STEPS : s;
+        common = last[q] < common ? last[q] : common;
+        most = last[q] > most ? last[q] : most;
     }
-    _Alignas(64) float x[MIX_WINDOW * 16];
-    for (int i = 0; i < hd; i += 16) {
-        const int eight = hd - i == 8;
-        __m512 acc[8][8], y[16]; /* lane pair l: lane l's 4 accumulators, then lane l + 8's */
-        for (int l = 0; l < 8; l++)
-            for (int j = 0; j < 8; j++) acc[l][j] = _mm512_setzero_ps();
-        for (int w0 = 0; w0 < n; w0 += MIX_WINDOW) {
-            const int w1 = n - w0 < MIX_WINDOW ? n : w0 + MIX_WINDOW;
-            mix_window(v, stride, i, eight, w0, w1, x);
-            for (int l = 0; l < 8; l++) mix_lanes_from(p, x, w0, w1, l, w0, acc[l], acc[l] + 4);
+    int s = 0;
+    for (; s + 4 <= common; s += 4)
+        for (int j = 0; j < 4; j++) {
+            const __m512 r = _mm512_load_ps(x + (size_t)(s + j) * 16);
+            for (int q = 0; q < nq; q++) a[q][j] = _mm512_fmadd_ps(r, _mm512_set1_ps(p[q][w0 + 16 * (s + j) + l]), a[q][j]);
         }
-        for (int l = 0; l < 8; l++) mix_lanes_sum(acc[l], acc[l] + 4, l, y);
-        mix_store(y, eight, out + i);
-    }
+    for (; s < most; s += 4) /* the queries' ends: a row past one's last weighs nothing there */
+        for (int j = 0; j < 4; j++)
+            for (int q = 0; q < nq; q++)
+                if (s + j < last[q])
+                    a[q][j] = _mm512_fmadd_ps(_mm512_load_ps(x + (size_t)(s + j) * 16),
+                                              _mm512_set1_ps(p[q][w0 + 16 * (s + j) + l]), a[q][j]);
 }
 
-/* two queries whose rows start together (their lanes then line up): each window of V converted
- * once for both and its values loaded once for both over the steps both take whole, each query's
- * sums still mix_f16_avx512's */
-AVX512 static void mix_f16_pair_avx512(const float *p0, const float *p1, const pi_fp16 *v, size_t stride, int n0, int n1,
-                                       int hd, float *out0, float *out1) {
-    const int both = (n0 < n1 ? n0 : n1) / 64 * 64, n = n0 > n1 ? n0 : n1;
-    _Alignas(64) float x[MIX_WINDOW * 16];
+/* One window's lanes for nq queries (a constant once inlined): their accumulators carried across
+ * windows in spill, and after the last window reduced into values i.. of out. */
+static inline __attribute__((always_inline)) AVX512 void mix_window_queries(
+    const float *x, const float *const *p, const int *n, int nq, int w0, int last, __m512 spill[][16][4], int i,
+    int eight, float *const *out) {
+    __m512 y[4][16];
+    for (int l = 0; l < 16; l++) {
+        __m512 a[4][4];
+        for (int q = 0; q < nq; q++)
+            for (int j = 0; j < 4; j++) a[q][j] = w0 ? spill[q][l][j] : _mm512_setzero_ps();
+        mix_lane(x + (size_t)l * MIX_STEPS * 16, p, n, nq, w0, l, a);
+        for (int q = 0; q < nq; q++)
+            if (last)
+                y[q][l] = _mm512_add_ps(_mm512_add_ps(a[q][0], a[q][2]), _mm512_add_ps(a[q][1], a[q][3]));
+            else
+                for (int j = 0; j < 4; j++) spill[q][l][j] = a[q][j];
+    }
+    for (int q = 0; last && q < nq; q++) mix_store(y[q], eight, out[q] + i);
+}
+
+/* out[q] value i = ggml_vec_dot_f16 (AVX-512) of V's transposed row i with query q's n[q]
+ * weights p[q]: position j of each 64 in lane j % 16 of accumulator j / 16, the accumulators added
+ * (0 + 2) + (1 + 3), the lanes' sums then reduced as hsum16 reduces a register's. The queries'
+ * rows all start at v's first, so their lanes line up: 16 values at a time, each window of V is
+ * converted once for all of them, and four queries sum a lane together. */
+AVX512 static void mix_f16_group_avx512(const float *const *p, const int *n, int nq, const pi_fp16 *v, size_t stride,
+                                        int hd, float *const *out) {
+    int rows = 0;
+    for (int q = 0; q < nq; q++) rows = n[q] > rows ? n[q] : rows;
+    _Alignas(64) float x[MIX_ROWS * 16];
+    __m512 spill[PI_ATT_ROWS][16][4]; /* past one window: each query's lanes' accumulators */
     for (int i = 0; i < hd; i += 16) {
         const int eight = hd - i == 8;
-        __m512 acc0[8][8], acc1[8][8], y[16];
-        for (int l = 0; l < 8; l++)
-            for (int j = 0; j < 8; j++) acc0[l][j] = acc1[l][j] = _mm512_setzero_ps();
-        for (int w0 = 0; w0 < n; w0 += MIX_WINDOW) {
-            const int w1 = n - w0 < MIX_WINDOW ? n : w0 + MIX_WINDOW, wb = w1 < both ? w1 : both;
+        for (int w0 = 0; w0 < rows; w0 += MIX_ROWS) {
+            const int w1 = rows - w0 < MIX_ROWS ? rows : w0 + MIX_ROWS, last = w1 == rows;
             mix_window(v, stride, i, eight, w0, w1, x);
-            for (int l = 0; l < 8; l++) {
-                __m512 *a0 = acc0[l], *b0 = acc0[l] + 4, *a1 = acc1[l], *b1 = acc1[l] + 4;
-                int s = w0;
-                for (; s < wb; s += 64)
-                    for (int j = 0; j < 4; j++) {
-                        const int at = s + 16 * j + l;
-                        const __m512 xa = _mm512_load_ps(x + (at - w0) * 16), xb = _mm512_load_ps(x + (at + 8 - w0) * 16);
-                        a0[j] = _mm512_fmadd_ps(xa, _mm512_set1_ps(p0[at]), a0[j]);
-                        a1[j] = _mm512_fmadd_ps(xa, _mm512_set1_ps(p1[at]), a1[j]);
-                        b0[j] = _mm512_fmadd_ps(xb, _mm512_set1_ps(p0[at + 8]), b0[j]);
-                        b1[j] = _mm512_fmadd_ps(xb, _mm512_set1_ps(p1[at + 8]), b1[j]);
-                    }
-                /* past the steps both take whole: each query alone, up to its own end */
-                mix_lanes_from(p0, x, w0, w1 < n0 ? w1 : n0, l, s, a0, b0);
-                mix_lanes_from(p1, x, w0, w1 < n1 ? w1 : n1, l, s, a1, b1);
+            for (int g = 0; g < nq; g += 4) {
+                const float *const *pg = p + g;
+                switch (nq - g) {
+                case 1: mix_window_queries(x, pg, n + g, 1, w0, last, spill + g, i, eight, out + g); break;
+                case 2: mix_window_queries(x, pg, n + g, 2, w0, last, spill + g, i, eight, out + g); break;
+                case 3: mix_window_queries(x, pg, n + g, 3, w0, last, spill + g, i, eight, out + g); break;
+                default: mix_window_queries(x, pg, n + g, 4, w0, last, spill + g, i, eight, out + g);
+                }
             }
         }
-        for (int l = 0; l < 8; l++) mix_lanes_sum(acc0[l], acc0[l] + 4, l, y);
-        mix_store(y, eight, out0 + i);
-        for (int l = 0; l < 8; l++) mix_lanes_sum(acc1[l], acc1[l] + 4, l, y);
-        mix_store(y, eight, out1 + i);
     }
+}
+
+AVX512 static void mix_f16_avx512(const float *p, const pi_fp16 *v, size_t stride, int n, int hd, float *out) {
+    if (hd % 8)
+        mix_f16_ref(p, v, stride, n, hd, out);
+    else
+        mix_f16_group_avx512(&p, &n, 1, v, stride, hd, &out);
 }
 
 /* two queries against two keys at a time, each key converted once for both and each query's
@@ -522,20 +519,20 @@ AVX512 static void scores_f16_tile_avx512(const float *const *q, int nq, const p
     if (r < nq) scores_f16_avx512(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
 }
 
-/* queries two at a time where their rows start together (a causal block's), else alone */
+/* each run of queries whose rows start together (a causal block's) as one group */
 AVX512 static void mix_f16_tile_avx512(const float *w, size_t wstride, const int *lo, const int *hi, int nq,
                                        const pi_fp16 *v, size_t stride, int hd, float *const *out) {
-    int r = 0;
-    while (r < nq) {
-        const float *w0 = w + (size_t)r * wstride + lo[r];
-        const pi_fp16 *v0 = v + (size_t)lo[r] * stride;
-        if (r + 1 < nq && lo[r + 1] == lo[r] && hd % 8 == 0) {
-            mix_f16_pair_avx512(w0, w0 + wstride, v0, stride, hi[r] - lo[r] + 1, hi[r + 1] - lo[r] + 1, hd, out[r], out[r + 1]);
-            r += 2;
-        } else {
-            mix_f16_avx512(w0, v0, stride, hi[r] - lo[r] + 1, hd, out[r]);
-            r += 1;
+    const float *p[PI_ATT_ROWS];
+    int n[PI_ATT_ROWS];
+    for (int r = 0, run; r < nq; r += run) {
+        for (run = 0; r + run < nq && lo[r + run] == lo[r]; run++) {
+            p[run] = w + (size_t)(r + run) * wstride + lo[r];
+            n[run] = hi[r + run] - lo[r] + 1;
         }
+        if (hd % 8)
+            for (int q = 0; q < run; q++) mix_f16_ref(p[q], v + (size_t)lo[r] * stride, stride, n[q], hd, out[r + q]);
+        else
+            mix_f16_group_avx512(p, n, run, v + (size_t)lo[r] * stride, stride, hd, out + r);
     }
 }
 
