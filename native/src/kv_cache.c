@@ -104,7 +104,8 @@ void pi_kv_store(pi_context *c, int il, int n) {
 void pi_kv_prepare_q(pi_context *c, int n) {
     const size_t q_dim = (size_t)c->model->info.n_head * c->model->head_dim;
     if (c->params.type_k == PI_TYPE_F16) {
-        pi_round_to_f16(c->q, (int)((size_t)n * q_dim)); /* llama.cpp multiplies q with f16 keys in f16 */
+        /* llama.cpp multiplies q with f16 keys in f16: rounded (times one, exact) as the vector ops round */
+        c->vec.probs_f16(c->q, 1.0f, (int)((size_t)n * q_dim));
         return;
     }
     rotate(c->q, (size_t)n * q_dim, rotation(c, c->params.type_k, 1)); /* as the keys */

@@ -225,10 +225,6 @@ void pi_rope(const pi_context *c, float *x, int n_heads, int n, int local) {
     }
 }
 
-void pi_round_to_f16(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = pi_fp16_to_f32(pi_f32_to_fp16(x[i]));
-}
-
 /* GELU in its tanh form, as ggml's CPU backend computes it: from a table over f16 inputs (the
  * input rounded to f16, the result stored in f16), saturated outside [-10, 10]. The table is
  * built once per process, on first use. */

@@ -45,6 +45,5 @@ void pi_activate(const pi_context *c, float *g, const float *u, size_t count);
  * second base) */
 void pi_rope_table(pi_context *c, int n);
 void pi_rope(const pi_context *c, float *x, int n_heads, int n, int local);
-void pi_round_to_f16(float *x, int n);
 
 #endif
