@@ -28,10 +28,11 @@ def attention(impl, tiled, q, k, v, w, lo, hi, scale):
 
 
 @pytest.mark.parametrize("impl", ["ref", "avx2", "avx512"])
-@pytest.mark.parametrize("hd", [8, 24, 40, 64, 72, 128, 256, 264])
-@pytest.mark.parametrize("nq, n", [(1, 1), (3, 2), (7, 37), (32, 19), (30, 70), (9, 1100)])
+@pytest.mark.parametrize("hd", [8, 24, 40, 64, 72, 128, 256, 264, 1088])
+@pytest.mark.parametrize("nq, n", [(1, 1), (3, 2), (7, 37), (32, 19), (30, 70), (5, 8), (9, 1100)])
 def test_tile_ops_equal_each_query_alone(impl, hd, nq, n):
-    """Query and key counts off the tile's 3 x 2, head sizes off 16 and 32, rows a wider stride
+    """Query and key counts on and off the tiles' (AVX-512 scores: 2 queries x 4 keys), head sizes
+    off 16 and 32 and past AVX-512's block of keys in float (1088), rows a wider stride
     apart (a head's slice of the cache), each query its own range of rows: the tile ops equal the
     one-query ops bit for bit, and the float64 sums to float rounding; the SIMD tiers near the scalar
     one (AVX-512's scores convert a block of keys to float first, its sums are AVX2's)."""

@@ -327,14 +327,48 @@ AVX512 static float dot_f16_avx512(const float *a, const pi_fp16 *b, int n) {
     return (float)sum;
 }
 
-/* four keys' hsum16s at once: the same tree, two keys a register per step */
-AVX512 static __m128 hsum16x4(const __m512 s[4]) {
+/* hsum16's first two steps for the sums of 4 keys at once, two keys a register per step: key c's
+ * h in 128-bit lane c */
+AVX512 static __m512 hsum16_h4(const __m512 s[4]) {
     const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(s[0], s[1], 0x44), _mm512_shuffle_f32x4(s[0], s[1], 0xee));
     const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(s[2], s[3], 0x44), _mm512_shuffle_f32x4(s[2], s[3], 0xee));
-    const __m512 h = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xdd));
+}
+
+/* four keys' hsum16s at once: the same tree, two keys a register per step */
+AVX512 static __m128 hsum16x4(const __m512 s[4]) {
+    const __m512 h = hsum16_h4(s);
     const __m512 u = _mm512_add_ps(h, _mm512_permute_ps(h, 0x4e)); /* each key: h0 + h2, h1 + h3 */
     const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+}
+
+/* two queries' hsum16x4s at once: the last two steps of both in the same registers (a's h0 + h2,
+ * h1 + h3, then b's, in each key's lane); a's four sums low, b's high */
+AVX512 static __m256 hsum16x4x2(const __m512 a[4], const __m512 b[4]) {
+    const __m512 ha = hsum16_h4(a), hb = hsum16_h4(b);
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(ha, hb, 0x44), _mm512_shuffle_ps(ha, hb, 0xee));
+    const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
+    const __m512i at = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(at, w));
+}
+
+/* the scores of 4 keys (rows stride apart) from their sums as dot_f16_avx512 ends: the values
+ * past the last 64 added in double, then times scale; with none, (float)(double)sum is sum */
+AVX512 static inline void scores_x4(const float *q, const pi_fp16 *k, size_t stride, int full, int hd, float scale,
+                                    __m128 sum, float *out) {
+    if (full == hd) {
+        _mm_storeu_ps(out, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+        return;
+    }
+    float f[4];
+    _mm_storeu_ps(f, sum);
+    for (int c = 0; c < 4; c++) {
+        const pi_fp16 *kc = k + (size_t)c * stride;
+        double d = (double)f[c];
+        for (int i = full; i < hd; i++) d += (double)(q[i] * pi_fp16_to_f32(kc[i]));
+        out[c] = (float)d * scale;
+    }
 }
 
 /* dot_f16_avx512 of four keys at a time: their accumulators side by side, reduced together */
@@ -352,14 +386,7 @@ AVX512 static void scores_f16_avx512(const float *q, const pi_fp16 *k, size_t st
                     a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16 * j), load_f16x16(kc + i + 16 * j), a[j]);
             r[c] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
         }
-        float sum[4];
-        _mm_storeu_ps(sum, hsum16x4(r));
-        for (int c = 0; c < 4; c++) {
-            const pi_fp16 *kc = k + (size_t)(p + c) * stride;
-            double d = (double)sum[c];
-            for (int i = full; i < hd; i++) d += (double)(q[i] * pi_fp16_to_f32(kc[i]));
-            out[p + c] = (float)d * scale;
-        }
+        scores_x4(q, k + (size_t)p * stride, stride, full, hd, scale, hsum16x4(r), out + p);
     }
     for (; p < n; p++) out[p] = dot_f16_avx512(q, k + (size_t)p * stride, hd) * scale;
 }
@@ -470,53 +497,85 @@ AVX512 static void mix_f16_avx512(const float *p, const pi_fp16 *v, size_t strid
         mix_f16_group_avx512(&p, &n, 1, v, stride, hd, &out);
 }
 
-/* two queries against two keys at a time, each key converted once for both and each query's
- * values loaded once for both keys; each pair's sum as dot_f16_avx512's (the four reduced by
- * hsum16x4, the values past the last 64 added in double) */
-AVX512 static void scores_f16_pair_avx512(const float *q0, const float *q1, const pi_fp16 *k, size_t stride, int n, int hd,
-                                          float scale, float *out0, float *out1) {
-    const int full = hd / 64 * 64;
-    int p = 0;
-    for (; p + 2 <= n; p += 2) {
-        const pi_fp16 *k0 = k + (size_t)p * stride, *k1 = k0 + stride;
-        __m512 a[4][4]; /* q0 k0, q0 k1, q1 k0, q1 k1 */
-        for (int c = 0; c < 4; c++)
-            for (int j = 0; j < 4; j++) a[c][j] = _mm512_setzero_ps();
-        for (int i = 0; i < full; i += 64)
-            for (int j = 0; j < 4; j++) {
-                const __m512 x0 = _mm512_loadu_ps(q0 + i + 16 * j), x1 = _mm512_loadu_ps(q1 + i + 16 * j);
-                const __m512 y0 = load_f16x16(k0 + i + 16 * j), y1 = load_f16x16(k1 + i + 16 * j);
-                a[0][j] = _mm512_fmadd_ps(x0, y0, a[0][j]);
-                a[1][j] = _mm512_fmadd_ps(x0, y1, a[1][j]);
-                a[2][j] = _mm512_fmadd_ps(x1, y0, a[2][j]);
-                a[3][j] = _mm512_fmadd_ps(x1, y1, a[3][j]);
-            }
-        __m512 r[4];
-        for (int c = 0; c < 4; c++) r[c] = _mm512_add_ps(_mm512_add_ps(a[c][0], a[c][2]), _mm512_add_ps(a[c][1], a[c][3]));
-        float sum[4];
-        _mm_storeu_ps(sum, hsum16x4(r));
-        for (int c = 0; c < 4; c++) {
-            const float *qc = c < 2 ? q0 : q1;
-            const pi_fp16 *kc = c % 2 ? k1 : k0;
-            double d = (double)sum[c];
-            for (int i = full; i < hd; i++) d += (double)(qc[i] * pi_fp16_to_f32(kc[i]));
-            (c < 2 ? out0 : out1)[p + c % 2] = (float)d * scale;
+/* accumulators h and h + 2 of dot_f16_avx512 of nq (1 or 2) queries against 4 keys already in
+ * float (kf, rows of full floats, full a multiple of 64), added */
+AVX512 static inline void sums_h_x4_avx512(const float *const q[2], int nq, const float *kf, int full, int h,
+                                           __m512 s[2][4]) {
+    __m512 a[2][4], b[2][4];
+    for (int t = 0; t < nq; t++)
+        for (int c = 0; c < 4; c++) a[t][c] = b[t][c] = _mm512_setzero_ps();
+    for (int i = 0; i < full; i += 64) {
+        __m512 x[2], y[2], u[4], v[4];
+        for (int t = 0; t < nq; t++) {
+            x[t] = _mm512_loadu_ps(q[t] + i + 16 * h);
+            y[t] = _mm512_loadu_ps(q[t] + i + 16 * h + 32);
         }
+        for (int c = 0; c < 4; c++) {
+            u[c] = _mm512_load_ps(kf + c * full + i + 16 * h);
+            v[c] = _mm512_load_ps(kf + c * full + i + 16 * h + 32);
+            /* in registers: GCC would fold each load into both queries' fmas, 20 loads for 16 fmas,
+             * more than the one zmm load a cycle (it puts h = 0's sums on the stack instead) */
+            __asm__("" : "+v"(u[c]), "+v"(v[c]));
+        }
+        for (int t = 0; t < nq; t++)
+            for (int c = 0; c < 4; c++) {
+                a[t][c] = _mm512_fmadd_ps(x[t], u[c], a[t][c]);
+                b[t][c] = _mm512_fmadd_ps(y[t], v[c], b[t][c]);
+            }
     }
-    for (; p < n; p++) {
-        out0[p] = dot_f16_avx512(q0, k + (size_t)p * stride, hd) * scale;
-        out1[p] = dot_f16_avx512(q1, k + (size_t)p * stride, hd) * scale;
-    }
+    for (int t = 0; t < nq; t++)
+        for (int c = 0; c < 4; c++) s[t][c] = _mm512_add_ps(a[t][c], b[t][c]);
 }
 
-/* queries two at a time, the last one alone */
+/* the sums r = (a0 + a2) + (a1 + a3) of dot_f16_avx512 of nq queries against 4 keys in float:
+ * accumulators 0 and 2 first, then 1 and 3, so that 2 x 4 pairs' chains fit the 32 registers */
+AVX512 static inline void sums_x4_avx512(const float *const q[2], int nq, const float *kf, int full, __m512 r[2][4]) {
+    __m512 e[2][4], o[2][4];
+    sums_h_x4_avx512(q, nq, kf, full, 0, e);
+    sums_h_x4_avx512(q, nq, kf, full, 1, o);
+    for (int t = 0; t < nq; t++)
+        for (int c = 0; c < 4; c++) r[t][c] = _mm512_add_ps(e[t][c], o[t][c]);
+}
+
+/* floats of a block of 4 keys converted on the stack (16 KiB): heads up to 1024; longer ones are
+ * scored a query at a time */
+enum { SCORES_KF = 4 * 1024 };
+
+/* keys 4 at a time, each block converted to float once and scored against every query (two at a
+ * time, the last one alone) while it stays in L1: the keys are read from memory once a tile, not
+ * once a query pair, and converted once. Each sum dot_f16_avx512's (4 keys' reduced by hsum16x4's
+ * tree, see scores_x4); the last n % 4 keys' alone */
 AVX512 static void scores_f16_tile_avx512(const float *const *q, int nq, const pi_fp16 *k, size_t stride, int n,
                                           int hd, float scale, float *out, size_t ostride) {
-    int r = 0;
-    for (; r + 2 <= nq; r += 2)
-        scores_f16_pair_avx512(q[r], q[r + 1], k, stride, n, hd, scale, out + (size_t)r * ostride,
-                               out + (size_t)(r + 1) * ostride);
-    if (r < nq) scores_f16_avx512(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
+    const int full = hd / 64 * 64;
+    if (4 * full > SCORES_KF) {
+        for (int r = 0; r < nq; r++) scores_f16_avx512(q[r], k, stride, n, hd, scale, out + (size_t)r * ostride);
+        return;
+    }
+    _Alignas(64) float kf[SCORES_KF];
+    int p = 0;
+    for (; p + 4 <= n; p += 4) {
+        const pi_fp16 *kp = k + (size_t)p * stride;
+        for (int c = 0; c < 4; c++)
+            for (int i = 0; i < full; i += 16)
+                _mm512_store_ps(kf + c * full + i, load_f16x16(kp + (size_t)c * stride + i));
+        __m512 s[2][4];
+        int r = 0;
+        for (; r + 2 <= nq; r += 2) {
+            sums_x4_avx512(q + r, 2, kf, full, s);
+            const __m256 sum = hsum16x4x2(s[0], s[1]);
+            scores_x4(q[r], kp, stride, full, hd, scale, _mm256_castps256_ps128(sum), out + (size_t)r * ostride + p);
+            scores_x4(q[r + 1], kp, stride, full, hd, scale, _mm256_extractf128_ps(sum, 1),
+                      out + (size_t)(r + 1) * ostride + p);
+        }
+        if (r < nq) {
+            sums_x4_avx512(q + r, 1, kf, full, s);
+            scores_x4(q[r], kp, stride, full, hd, scale, hsum16x4(s[0]), out + (size_t)r * ostride + p);
+        }
+    }
+    for (; p < n; p++)
+        for (int r = 0; r < nq; r++)
+            out[(size_t)r * ostride + p] = dot_f16_avx512(q[r], k + (size_t)p * stride, hd) * scale;
 }
 
 /* each run of queries whose rows start together (a causal block's) as one group */
