@@ -206,7 +206,7 @@ def test_block_matmul_sums_in_llama_order(qtype, impl):
     for n in BLOCK_NS:
         for rows in ROWS:
             w = encode(random_weights(rng, rows, n), qtype)
-            for nt in (1, 4, 7):
+            for nt in range(1, 10):  # each tile width and the leftovers after whole tiles
                 x = random_activations(rng, nt, n)
                 np.testing.assert_array_equal(kernel_matmul(qtype, impl, w, rows, n, x),
                                               llama_order_matmul(w, qtype, n, x), err_msg=f"n={n} rows={rows} nt={nt}")
