@@ -52,24 +52,22 @@ INLINE __m128i block_isums4(const __m256i s[MAX_TILE_ROWS]) {
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-enum { SCALE_BLOCKS = 32 }; /* blocks whose scale products a tile computes ahead, 2 KiB of stack */
-
-/* dd[i][t][r] = d_w d_x of row r and token t in block b0 + i, for n <= SCALE_BLOCKS blocks: the
- * scale products of a tile of several tokens, worked out ahead of the blocks so that the block
- * loop reads each as a broadcast memory operand of its FMA. Taken in the loop from a register
- * instead, each product cost a shuffle (vpermps), and the shuffles bounded the AVX-512 tile on
- * Zen 4: Q8_0 at 3072 x 1024 and 512 tokens took 28.0 ms there, 24.7 ms this way (one thread). */
-INLINE void scale_products(int R, int T, const uint8_t *const *rows, size_t bb, const block_q8x *const *xs, int b0,
-                           int n, float dd[SCALE_BLOCKS][MAX_TILE_TOKENS][MAX_TILE_ROWS]) {
-    for (int i = 0; i < n; i++) {
-        const size_t at = (size_t)(b0 + i) * bb; /* d is each block's first fp16 */
-        const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16((short)load_u16(rows[0] + at),
-                                                      R > 1 ? (short)load_u16(rows[1] + at) : 0,
-                                                      R > 2 ? (short)load_u16(rows[2] + at) : 0,
-                                                      R > 3 ? (short)load_u16(rows[3] + at) : 0, 0, 0, 0, 0));
+/* dd[t][r] = d_w d_x of row r and token t in block b: the scale products of a tile of several
+ * tokens, worked out a block ahead so that the block loop reads each as a broadcast memory
+ * operand of its FMA. Taken in the loop from a register instead, each product cost a shuffle
+ * (vpermps), and the shuffles bounded the AVX-512 tile on Zen 4; read back in the block that
+ * stores them, or computed for 32 blocks at a time in a loop of their own, they measured slower
+ * than one block ahead. */
+INLINE void scale_products(int R, int T, const uint8_t *const *rows, size_t bb, const block_q8x *const *xs, int b,
+                           float dd[MAX_TILE_TOKENS][MAX_TILE_ROWS]) {
+    /* d is each block's first fp16: the rows' side by side in the low words, loaded straight into
+     * vector registers (loaded as 16-bit integers, GCC moved them through mask registers: slower) */
+    __m128i h[MAX_TILE_ROWS];
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) _mm_store_ps(dd[i][t], _mm_mul_ps(dw, _mm_set1_ps(xs[t][b0 + i].d)));
-    }
+    for (int r = 0; r < MAX_TILE_ROWS; r++) h[r] = _mm_cvtsi32_si128(r < R ? (int)load_u32(rows[r] + (size_t)b * bb) : 0);
+    const __m128 dw = _mm_cvtph_ps(_mm_unpacklo_epi32(_mm_unpacklo_epi16(h[0], h[1]), _mm_unpacklo_epi16(h[2], h[3])));
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) _mm_store_ps(dd[t], _mm_mul_ps(dw, _mm_set1_ps(xs[t][b].d)));
 }
 
 /* One block b of tile_blocks(): the products of the tile's rows and tokens, added to acc and mins
@@ -104,7 +102,7 @@ INLINE void tile_block(int type, int R, int T, const uint8_t *const *rows, const
         return;
     }
     /* the tile's rows side by side: their scale products, one multiply per token (read ahead from
-     * memory instead, as the lanes do, measured slower) */
+     * memory instead, as the lanes do, measured slower for Q4_0) */
     const __m128 dw = _mm_setr_ps(w[0].d, R > 1 ? w[1].d : 0.0f, R > 2 ? w[2].d : 0.0f, R > 3 ? w[3].d : 0.0f);
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) {
@@ -140,11 +138,13 @@ INLINE void tile_blocks(int type, int R, int T, const uint8_t *const *rows, cons
             mins[r][t] = 0.0f;
         }
 
-    for (int b0 = 0; b0 < nb; b0 += SCALE_BLOCKS) {
-        const int n = nb - b0 < SCALE_BLOCKS ? nb - b0 : SCALE_BLOCKS;
-        _Alignas(16) float dd[SCALE_BLOCKS][MAX_TILE_TOKENS][MAX_TILE_ROWS];
-        if (T > 1 && pi_dot_order(type) == PI_DOT_LANES) scale_products(R, T, rows, block_bytes(type), xs, b0, n, dd);
-        for (int i = 0; i < n; i++) tile_block(type, R, T, rows, ahead, xs, b0 + i, dd[i], acc, mins, sums);
+    /* the lanes' scale products of blocks b and b + 1: the next one's stored while a block computes */
+    _Alignas(16) float dd[2][MAX_TILE_TOKENS][MAX_TILE_ROWS];
+    const int products = T > 1 && pi_dot_order(type) == PI_DOT_LANES;
+    if (products) scale_products(R, T, rows, block_bytes(type), xs, 0, dd[0]);
+    for (int b = 0; b < nb; b++) {
+        if (products && b + 1 < nb) scale_products(R, T, rows, block_bytes(type), xs, b + 1, dd[(b + 1) % 2]);
+        tile_block(type, R, T, rows, ahead, xs, b, dd[b % 2], acc, mins, sums);
     }
 
 #pragma GCC unroll 4
