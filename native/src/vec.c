@@ -416,7 +416,7 @@ AVX512 static void mix_window(const pi_fp16 *v, size_t stride, int i, int eight,
 }
 
 /* Lane l of a window for nq queries (a constant once inlined): row w0 + 16 s + l times query q's
- * weight fma'd into a[q][s % 4], as mix_f16_avx512 places it; each x row loaded once for all of
+ * weight fma'd into a[q][s % 4], as mix_f16_group_avx512 places it; each x row loaded once for all of
  * them, each query stopping at its own n[q] rows. */
 static inline __attribute__((always_inline)) AVX512 void mix_lane(const float *x, const float *const *p, const int *n,
                                                                    int nq, int w0, int l, __m512 a[4][4]) {
