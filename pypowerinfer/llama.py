@@ -118,7 +118,7 @@ class Llama:
         # profiled model; hybrid_device "auto" (CUDA when a device exists), "cuda", "host" (the
         # stand-in device that runs the split on a host thread), "none".
         # repack: the dense matmuls' Q4_0 and Q4_K/Q5_K/Q6_K weights in groups of 16 rows at load, the
-        # layout the grouped GEMM streams (native/src/kernels/groups.c); False keeps the file's
+        # layout the grouped GEMM streams (native/src/kernels/row_groups.c); False keeps the file's
         self._model = NativeModel(model_path, vocab_only=vocab_only, ffn_act=ffn_act, repack=repack,
                                   moe_skip_rows=moe_skip_rows)
         self._ctx: Optional[NativeContext] = None

@@ -4,7 +4,9 @@ A unit is a C/C++/CUDA source and its same-named header (`forward.c` + `forward.
 header, or a Python module of `pypowerinfer/` or `convert/`; tests, bench and scripts are left out.
 An edge A -> B is: A includes B's header; A calls a function that B alone defines (a declaration
 is no call, nor is a call through a struct member, `x.f(...)` or `x->f(...)`: that is how a vtable
-is called); A imports B, anywhere in the file (inside functions and `TYPE_CHECKING` blocks too).
+is called, nor is a call of a function that A defines itself, or of a file-static one: a `static`
+function, or any defined in a header, is seen only through an include, which is the edge); A imports
+B, anywhere in the file (inside functions and `TYPE_CHECKING` blocks too).
 
     python scripts/cycles.py [ROOT]      # exit 0 always; one line per cycle, members sorted
 """
@@ -17,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 C_SUFFIXES = {".c", ".h", ".cu", ".cuh", ".cpp", ".inc"}
+HEADER_SUFFIXES = {".h", ".cuh", ".inc"}
 C_DIRS = ("native",)
 PY_DIRS = ("pypowerinfer", "convert")
 
@@ -24,7 +27,8 @@ COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 STRING = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])\'')
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 # a definition: a name and its parameter list at the start of a line, then a body
-DEFINITION = re.compile(r"^[A-Za-z_][\w \t\*]*?\b([A-Za-z_]\w*)\s*\(([^;{}]*)\)\s*\{", re.M)
+DEFINITION = re.compile(r"^([A-Za-z_][\w \t\*]*?)\b([A-Za-z_]\w*)\s*\(([^;{}]*)\)\s*\{", re.M)
+STATIC = re.compile(r"\bstatic\b")
 # a declaration names a function without calling it
 PROTOTYPE = re.compile(r"^[A-Za-z_][\w \t\*]*?\b[A-Za-z_]\w*\s*\([^;{}]*\)\s*;", re.M)
 CALL = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*\(")
@@ -59,15 +63,19 @@ def resolve_include(name: str, including: Path, root: Path) -> Path | None:
 def c_edges(root: Path) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = defaultdict(set)
     texts: dict[Path, str] = {}
-    defined_in: dict[str, set[str]] = defaultdict(set)
+    defined_in: dict[str, set[str]] = defaultdict(set)  # the units that define a name for others to call
+    local: dict[str, set[str]] = defaultdict(set)  # every name a unit defines
     for path in c_sources(root):
         text = strip_comments(path.read_text(errors="replace"))
         texts[path] = text
         unit = c_unit(path, root)
         edges[unit]  # every unit is a node
         for m in DEFINITION.finditer(text):
-            if m.group(1) not in KEYWORDS:
-                defined_in[m.group(1)].add(unit)
+            if m.group(2) in KEYWORDS:
+                continue
+            local[unit].add(m.group(2))
+            if path.suffix not in HEADER_SUFFIXES and not STATIC.search(m.group(1)):
+                defined_in[m.group(2)].add(unit)
     for path, text in texts.items():
         unit = c_unit(path, root)
         for name in INCLUDE.findall(text):
@@ -78,7 +86,7 @@ def c_edges(root: Path) -> dict[str, set[str]]:
                     edges[unit].add(other)
         for name in set(CALL.findall(PROTOTYPE.sub(" ", STRING.sub('""', text)))):
             owners = defined_in.get(name, set())
-            if len(owners) == 1 and unit not in owners:
+            if len(owners) == 1 and name not in local[unit]:
                 edges[unit].add(next(iter(owners)))
     return edges
 

@@ -1,4 +1,4 @@
-"""Weights in groups of 16 rows (native/src/kernels/groups.c), the layout the model loader gives
+"""Weights in groups of 16 rows (native/src/kernels/row_groups.c), the layout the model loader gives
 the dense matmuls' Q4_0 and K-quant (Q4_K, Q5_K, Q6_K) weights: the grouped kernels against the
 row-major ones and against float64, and a model loaded either way.
 

@@ -43,7 +43,7 @@ typedef struct {
     int vocab_only; /* parse metadata only; no weights are checked or bound */
     int ffn_act;    /* PI_ACT_* to override the architecture's FFN activation; -1 keeps it */
     int repack;     /* 1 (the default): the dense matmuls' Q4_0 and K-quant weights are
-                     * rearranged at load into groups of 16 rows (kernels/groups.c), in place in the
+                     * rearranged at load into groups of 16 rows (kernels/row_groups.c), in place in the
                      * private mapping (the file is never written; a device's upload puts the rows back
                      * in order); 0 keeps the file's row-major layout */
     int moe_skip_rows; /* ReGLU experts (smallthinker): 1 skips a one-token expert's dead neurons' up
@@ -250,7 +250,7 @@ PI_API int pi_kernel_matmul(int32_t type, int32_t impl, const void *W, int32_t n
                             const float *X, int32_t nt, float *Y);
 /* W's n_rows rows of n weights (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0; n_rows a multiple of 16) rearranged in place
  * into the groups of 16 rows the model loader gives the dense matmuls' weights
- * (native/src/kernels/groups.c), and pi_kernel_matmul over weights so grouped. */
+ * (native/src/kernels/row_groups.c), and pi_kernel_matmul over weights so grouped. */
 PI_API int pi_kernel_group_rows(int32_t type, void *W, int32_t n_rows, int32_t n);
 PI_API int pi_kernel_matmul_grouped(int32_t type, int32_t impl, const void *W, int32_t n_rows, int32_t n,
                                     const float *X, int32_t nt, float *Y);

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "context.h"
-#include "kv_cache.h"
+#include "kv_format.h"
 #include "placement.h"
 #include "status.h"
 

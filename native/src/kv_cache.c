@@ -1,4 +1,4 @@
-/* kv_cache.c - the KV cache's row formats (kv_cache.h), rounded as llama.cpp's CPU backend
+/* kv_cache.c - the KV cache's row formats (kv_format.h), rounded as llama.cpp's CPU backend
  * rounds them. As llama.cpp (llama-kv-cache.cpp, attn_rot_k / attn_rot_v), a quantized cache holds
  * its rows rotated by an orthonormal Walsh-Hadamard matrix H, which spreads a head's outlier
  * channels over its block so they cost less precision: keys and q are rotated alike (q.k is
@@ -41,8 +41,6 @@ static int rotation(const pi_context *c, int32_t type, int keys) {
 static void rotate(float *x, size_t count, int n) {
     for (size_t i = 0; n && i < count; i += (size_t)n) fwht(x + i, n);
 }
-
-int pi_kv_type_ok(int32_t type) { return type == PI_TYPE_F16 || type == PI_TYPE_Q8_0 || type == PI_TYPE_Q4_0; }
 
 /* One q8_0 block as ggml's AVX2 quantize_row_q8_0: d = amax / 127 stored in f16, the values
  * times 127 / amax (not 1 / d) rounded to nearest even. Returns d in f16. */

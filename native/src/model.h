@@ -13,7 +13,7 @@ typedef struct {
     int64_t n_expert;     /* 1 for a matrix; expert e's rows start at data + e * n_out * row_bytes */
     size_t row_bytes;
     const uint8_t *data;  /* into the mapping; NULL when the tensor is absent */
-    int grouped;          /* rows in groups of PI_GROUP_ROWS (kernels/groups.c), not row-major */
+    int grouped;          /* rows in groups of PI_GROUP_ROWS (kernels/row_groups.c), not row-major */
 } pi_weight;
 
 typedef struct {

@@ -209,7 +209,7 @@ static inline PI_HOST_DEVICE float pi_act_as_weight_type(int type, float x) {
     return type == PI_TYPE_F16 ? pi_fp16_to_f32(pi_f32_to_fp16(x)) : type == PI_TYPE_BF16 ? pi_bf16_to_f32(pi_f32_to_bf16(x)) : x;
 }
 
-/* Weights in groups of PI_GROUP_ROWS rows, block by block (kernels/groups.c has the layout): the
+/* Weights in groups of PI_GROUP_ROWS rows, block by block (kernels/row_groups.c has the layout): the
  * types that have it (the 32-weight block formats, Q4_K, Q5_K, Q6_K), a whole weight of n_rows (a multiple of the group) grouped in place with room for
  * one group in scratch, block b of one row as the file has it, and one group's rows put back in
  * row order (the devices' uploads). The file's bits, moved: a group of rows takes the bytes of

@@ -3,7 +3,7 @@
  * this file's activation quantizer, in a table. Compiled for that set alone and installed only
  * when the CPU has it. */
 #include "walk.h"
-#include "groups.h"
+#include "group_tiles.h"
 #include "kquants.h"
 #include "table.h"
 

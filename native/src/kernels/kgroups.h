@@ -1,4 +1,4 @@
-/* kgroups.h - the grouped matmul's tile for the K-quants Q4_K, Q5_K and Q6_K (groups.c's layout:
+/* kgroups.h - the grouped matmul's tile for the K-quants Q4_K, Q5_K and Q6_K (row_groups.c's layout:
  * each field of a 256-weight super-block interleaved over the group's 16 rows, 4 bytes a row per
  * 64-byte chunk), against Q8_K activations. groups.h walks it as it walks the 32-weight tiles.
  *

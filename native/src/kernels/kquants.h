@@ -336,7 +336,7 @@ static void quantize_act_k(const float *x, block_q8k *y, int n) {
 enum { K_TOKENS = 16 }; /* tokens a decoded super-block is dotted with before the next is decoded */
 
 /* Rows outer, then each row's super-blocks, each unpacked once for up to K_TOKENS tokens. A
- * grouped weight's super-blocks (groups.c) come out of their groups first: the reference tier's
+ * grouped weight's super-blocks (row_groups.c) come out of their groups first: the reference tier's
  * grouped matmul, the row-major one to the bit. */
 INLINE void kq_matmul_rows(int type, int grouped, const void *W, size_t row_bytes, const int32_t *idx, int r0, int nr,
                            pi_act x, int nt, float *Y, int y_stride) {

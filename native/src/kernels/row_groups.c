@@ -1,4 +1,4 @@
-/* groups.c - weights interleaved in groups of rows, the layout the grouped matmul streams.
+/* row_groups.c - weights interleaved in groups of rows, the layout the grouped matmul streams.
  *
  * A weight of n_out rows (n_out a multiple of PI_GROUP_ROWS = 16) is stored group after group;
  * a group holds block 0 of its 16 rows, then block 1, and so on. A group block is the block's

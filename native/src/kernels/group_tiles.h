@@ -1,4 +1,4 @@
-/* groups.h - the SIMD tiers' matmul over grouped weights (groups.c's layout): a tile of one
+/* group_tiles.h - the SIMD tiers' matmul over grouped weights (row_groups.c's layout): a tile of one
  * group's 16 rows by up to 4 tokens, and the walk over groups and token tiles.
  *
  * Of the 32-weight formats only Q4_0 is grouped: llama.cpp sums it as one float per row, an FMA
@@ -10,8 +10,8 @@
  * offset of 8 taken off in integers (8 * sum(qx), exact), one conversion and one FMA,
  * y += isum (d dx). The K-quants' tile (kgroups.h) takes the same walk.
  * Private to native/src/kernels. */
-#ifndef PI_KERNELS_GROUPS_H
-#define PI_KERNELS_GROUPS_H
+#ifndef PI_KERNELS_GROUP_TILES_H
+#define PI_KERNELS_GROUP_TILES_H
 #include "simd.h"
 
 enum {

@@ -1,0 +1,69 @@
+"""House rules of the source tree that no other test would notice breaking: no dependency cycle
+between source units (scripts/cycles.py), native or Python."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def cycles():
+    spec = importlib.util.spec_from_file_location("cycles", ROOT / "scripts" / "cycles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def graph(cycles, root: Path) -> dict[str, set[str]]:
+    return {**cycles.c_edges(root), **cycles.py_edges(root)}
+
+
+def test_no_dependency_cycles(cycles):
+    found = cycles.cycles(graph(cycles, ROOT))
+    assert found == [], "dependency cycles between source units:\n" + "\n".join(", ".join(c) for c in found)
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_a_cycle_of_calls_and_includes_is_found(cycles, tmp_path):
+    root = write(tmp_path, {
+        "native/src/a.h": "void a_work(void);\n",
+        "native/src/a.c": '#include "a.h"\n#include "b.h"\nvoid a_work(void) {\n    b_work();\n}\n',
+        "native/src/b.h": "void b_work(void);\n",
+        "native/src/b.c": '#include "b.h"\nvoid b_work(void) {\n    a_work();\n}\n',  # a call, no include
+        "native/src/c.c": "void c_work(void) {\n    b_work();\n}\n",  # depends on the cycle, not in it
+    })
+    assert cycles.cycles(graph(cycles, root)) == [["native/src/a", "native/src/b"]]
+
+
+def test_a_python_import_cycle_is_found(cycles, tmp_path):
+    root = write(tmp_path, {
+        "pypowerinfer/__init__.py": "",
+        "pypowerinfer/one.py": "from .two import x\n",
+        "pypowerinfer/two.py": "def x():\n    from . import one\n",  # an import inside a function counts
+    })
+    assert cycles.cycles(graph(cycles, root)) == [["pypowerinfer.one", "pypowerinfer.two"]]
+
+
+def test_file_static_functions_and_vtable_calls_are_no_reference(cycles, tmp_path):
+    root = write(tmp_path, {
+        # a calls a helper its header makes through a macro (the scanner sees no definition of it)
+        "native/src/a.h": "#define MAKE(name) static int name(int v) { return v; }\nMAKE(helper)\n",
+        "native/src/a.c": '#include "a.h"\nint a_work(void) {\n    return helper(1);\n}\n',
+        # b's helper of the same name is static: a cannot be calling it
+        "native/src/b.c": ("static int helper(int v) {\n    return -v;\n}\n"
+                           "struct ops { int (*a_work)(void); };\n"
+                           "int b_work(const struct ops *o) {\n    return helper(2) + o->a_work();\n}\n"),
+    })
+    edges = cycles.c_edges(root)
+    assert edges["native/src/a"] == set() and edges["native/src/b"] == set()
