@@ -134,8 +134,7 @@ void pi_attention(pi_context *c, int il, int n, float *out) {
         return;
     }
     /* a KV head's whole group an item, so its rows are read once for all its heads (decode at a
-     * long context is bound by reading them: measured 15% faster than one head an item, SmolLM2,
-     * 2 threads), unless that leaves a thread without an item */
+     * long context is bound by reading them), unless that leaves a thread without an item */
     a.heads = group < c->att_rows ? group : c->att_rows;
     int nb = plan_blocks(c, c->att_rows / a.heads);
     if (nb * h->n_head_kv < nth) {

@@ -46,7 +46,7 @@ static void mm_worker(void *arg, int ith, int nth) {
 }
 
 /* ROW_CHUNK_BYTES: a streamed chunk's weights; STREAMED_TOKENS: the most tokens that stream the
- * weights (measured: bench/batch_decode.py, SmolLM2 and the 1.1B model, 2 threads) */
+ * weights (bench/batch_decode.py measures the choice) */
 enum { ROW_CHUNK_BYTES = 256 * 1024, STREAMED_TOKENS = 8 };
 
 static int decode_chunk_rows(const pi_mm_target *targets, int n_targets, int nth) {

@@ -10,8 +10,7 @@
  * enters as the run's start; Q4_K's and Q5_K's mins as sum_j min[j] (bsum[2j] + bsum[2j + 1]) in
  * int16 pairs. The float work, y += dx (d isum - dmin msum), is done once per super-block for all
  * 16 rows, in one running sum: the mins term nearly cancels the other on real weights, and two
- * sums subtracted at the end lose the difference's low bits (Gemma 3's Q4_K: 1.6e-7 mean error
- * against float64, 1.1e-7 in one sum). Two runs go side by side (the two nibbles of a Q4_K byte, or Q6_K's parts p and p + 2
+ * sums subtracted at the end would lose the difference's low bits. Two runs go side by side (the two nibbles of a Q4_K byte, or Q6_K's parts p and p + 2
  * of a ql byte), so that each token has two independent dot chains.
  *
  * The tiers differ only in the row vector and its integer dot: AVX-512 takes all 16 rows in a zmm

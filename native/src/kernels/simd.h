@@ -262,8 +262,7 @@ INLINE __m512 load_float16(int type, const void *row, int i, __mmask16 keep) {
 /* A block's 32 weights as two zmm of floats, for the AVX-512 tier's axpy block loop; zmm there,
  * against that tier's ymm rule, because its float work (a conversion and an FMA per 16 weights)
  * takes the vector pipes as long either way, but zmm needs half the instructions, and the loop
- * is bound by both (on Zen 4, Q4_1 at 1536 x 576: 1.45 ns a row's block on zmm, 1.6 with the
- * ymm loop). The low nibbles of the 4-bit formats are looked up in a table of 0..15 by vpermps,
+ * is bound by both. The low nibbles of the 4-bit formats are looked up in a table of 0..15 by vpermps,
  * which reads only the low 4 bits of each index: no mask and no conversion. */
 INLINE void block_q16(int type, const uint8_t *block, __m512 *q0, __m512 *q1) {
     switch (type) {

@@ -54,14 +54,11 @@ INLINE __m128i block_isums4(const __m256i s[MAX_TILE_ROWS]) {
 
 /* dd[t][r] = d_w d_x of row r and token t in block b: the scale products of a tile of several
  * tokens, worked out a block ahead so that the block loop reads each as a broadcast memory
- * operand of its FMA. Taken in the loop from a register instead, each product cost a shuffle
- * (vpermps), and the shuffles bounded the AVX-512 tile on Zen 4; read back in the block that
- * stores them, or computed for 32 blocks at a time in a loop of their own, they measured slower
- * than one block ahead. */
+ * operand of its FMA: picked out of a register in the loop, each would cost a shuffle. */
 INLINE void scale_products(int R, int T, const uint8_t *const *rows, size_t bb, const block_q8x *const *xs, int b,
                            float dd[MAX_TILE_TOKENS][MAX_TILE_ROWS]) {
     /* d is each block's first fp16: the rows' side by side in the low words, loaded straight into
-     * vector registers (loaded as 16-bit integers, GCC moved them through mask registers: slower) */
+     * vector registers */
     __m128i h[MAX_TILE_ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < MAX_TILE_ROWS; r++) h[r] = _mm_cvtsi32_si128(r < R ? (int)load_u32(rows[r] + (size_t)b * bb) : 0);
@@ -101,8 +98,7 @@ INLINE void tile_block(int type, int R, int T, const uint8_t *const *rows, const
             }
         return;
     }
-    /* the tile's rows side by side: their scale products, one multiply per token (read ahead from
-     * memory instead, as the lanes do, measured slower for Q4_0) */
+    /* the tile's rows side by side: their scale products, one multiply per token */
     const __m128 dw = _mm_setr_ps(w[0].d, R > 1 ? w[1].d : 0.0f, R > 2 ? w[2].d : 0.0f, R > 3 ? w[3].d : 0.0f);
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) {
