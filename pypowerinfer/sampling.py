@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional,
 import numpy as np
 import numpy.typing as npt
 
+from .defaults import COMPLETION
+
 __all__ = [
     "LLAMA_DEFAULT_SEED",
     "Candidates",
@@ -56,19 +58,19 @@ _NEG_INF = np.float32(-np.inf)
 
 @dataclass
 class SamplingParams:
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    typical_p: float = 1.0
-    repeat_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    penalty_last_n: int = 64  # llama-cpp-python's last_n_tokens_size
+    temperature: float = COMPLETION.temperature
+    top_k: int = COMPLETION.top_k
+    top_p: float = COMPLETION.top_p
+    min_p: float = COMPLETION.min_p
+    typical_p: float = COMPLETION.typical_p
+    repeat_penalty: float = COMPLETION.repeat_penalty
+    frequency_penalty: float = COMPLETION.frequency_penalty
+    presence_penalty: float = COMPLETION.presence_penalty
+    penalty_last_n: int = COMPLETION.penalty_last_n  # llama-cpp-python's last_n_tokens_size
     logit_bias: Optional[dict[int, float]] = None
-    mirostat_mode: int = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
+    mirostat_mode: int = COMPLETION.mirostat_mode
+    mirostat_tau: float = COMPLETION.mirostat_tau
+    mirostat_eta: float = COMPLETION.mirostat_eta
     min_keep: int = 1  # llama-cpp-python passes max(1, n_probs) with n_probs fixed at 0
 
     @classmethod
