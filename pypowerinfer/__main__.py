@@ -13,9 +13,9 @@ import os
 import sys
 import time
 
-from .completion import utf8_complete_prefix
 from .llama import LLAMA_DEFAULT_SEED, Llama
 from .resources import default_model_path
+from .utf8 import utf8_complete_prefix
 
 
 def parse_args(argv=None) -> argparse.Namespace:
