@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import random
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from .completion import CompletionAPI, CompletionRequest, run_completion
 from .generator import StopRules, TokenPicker
 from .sampling import Sampler
 from .state import longest_token_prefix
+
+if TYPE_CHECKING:
+    from .llama import Llama
 
 
 class _Request:
@@ -78,7 +81,7 @@ class BatchEngine(CompletionAPI):
 
     PREFILL_CHUNK = 128  # prompt tokens in a step beside decoding sequences (a 64 x 64 tile's multiple)
 
-    def __init__(self, llm, n_parallel: int = 4, *, n_ctx: Optional[int] = None, ahead: int = 8):
+    def __init__(self, llm: "Llama", n_parallel: int = 4, *, n_ctx: Optional[int] = None, ahead: int = 8):
         if not isinstance(n_parallel, int) or n_parallel < 1:
             raise ValueError(f"n_parallel must be a positive integer, not {n_parallel!r}")
         self._ctx = llm.batch_context(n_parallel, n_ctx or llm.n_ctx())

@@ -93,7 +93,8 @@ def _chunk(cid: str, created: int, model: str, text: str, logprobs, finish_reaso
             "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish_reason}]}
 
 
-def run_completion(out: CompletionOutput, req: CompletionRequest, generate: Callable[[], Iterator[int]]) -> Iterator[dict]:
+def run_completion(out: CompletionOutput, req: CompletionRequest,
+                   generate: Callable[[], Iterator[int]]) -> Iterator[dict]:
     """The response (or chunks) of the tokens generate() samples after the prompt."""
     cid, created = f"cmpl-{uuid.uuid4()}", int(time.time())
     prompt_tokens = req.prompt_tokens
@@ -174,8 +175,9 @@ class CompletionAPI:
         raise NotImplementedError
 
     def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
-                          max_tokens: Optional[int] = COMPLETION.max_tokens, temperature: float = COMPLETION.temperature,
-                          top_p: float = COMPLETION.top_p, min_p: float = COMPLETION.min_p,
+                          max_tokens: Optional[int] = COMPLETION.max_tokens,
+                          temperature: float = COMPLETION.temperature, top_p: float = COMPLETION.top_p,
+                          min_p: float = COMPLETION.min_p,
                           typical_p: float = COMPLETION.typical_p, logprobs: Optional[int] = None,
                           echo: bool = False, stop: Optional[Union[str, List[str]]] = [],
                           frequency_penalty: float = COMPLETION.frequency_penalty,

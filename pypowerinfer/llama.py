@@ -347,7 +347,8 @@ class Llama(CompletionAPI):
 
     def sample(self, top_k: int = COMPLETION.top_k, top_p: float = COMPLETION.top_p, min_p: float = COMPLETION.min_p,
                typical_p: float = COMPLETION.typical_p, temp: float = COMPLETION.temperature,
-               repeat_penalty: float = COMPLETION.repeat_penalty, frequency_penalty: float = COMPLETION.frequency_penalty,
+               repeat_penalty: float = COMPLETION.repeat_penalty,
+               frequency_penalty: float = COMPLETION.frequency_penalty,
                presence_penalty: float = COMPLETION.presence_penalty, tfs_z: float = COMPLETION.tfs_z,
                mirostat_mode: int = COMPLETION.mirostat_mode, mirostat_eta: float = COMPLETION.mirostat_eta,
                mirostat_tau: float = COMPLETION.mirostat_tau, penalize_nl: bool = True,

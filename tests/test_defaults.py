@@ -16,7 +16,8 @@ METHODS = [("create_completion", COMPLETION, "temperature"), ("create_chat_compl
 
 
 def _defaults(fn) -> dict:
-    return {n: p.default for n, p in inspect.signature(fn).parameters.items() if p.default is not inspect.Parameter.empty}
+    params = inspect.signature(fn).parameters.items()
+    return {n: p.default for n, p in params if p.default is not inspect.Parameter.empty}
 
 
 def _argument(field: str, temperature: str) -> str:
