@@ -18,10 +18,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Unio
 
 from .chat import (chunks_to_chat, completion_to_chat, forced_tool, response_format_grammar, tool_call_chunks,
                    tool_call_to_chat)
-from .defaults import CHAT, COMPLETION
 from .generator import CompletionText, Sampling, StopRules
 from .grammar import LlamaGrammar
-from .sampling import LogitsProcessorList, SamplingParams, StoppingCriteriaList, logits_to_logprobs, top_logprobs
+from .sampling import (CHAT, COMPLETION, LogitsProcessorList, SamplingParams, StoppingCriteriaList, logits_to_logprobs,
+                       top_logprobs)
 
 
 class CompletionOutput(Protocol):
@@ -120,10 +120,7 @@ def run_completion(out: CompletionOutput, req: CompletionRequest,
         tokens = generate()
         try:
             for token in tokens:
-                if rules.ends_before(token):
-                    finish_reason = "stop"
-                    break
-                if text.add(token):
+                if rules.ends_before(token) or text.add(token):  # an end-of-generation token, a stop string
                     finish_reason = "stop"
                     break
                 if req.stream:

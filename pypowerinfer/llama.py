@@ -19,7 +19,6 @@ import numpy as np
 from ._logger import log_info, set_verbose
 from .chat import ChatFormats
 from .completion import CompletionAPI, CompletionRequest, run_completion
-from .defaults import COMPLETION
 from .generator import Drafter, Sampling, TokenPicker
 from .kv_cache import describe as describe_kv_cache, kv_cache_type
 from .llama_speculative import LlamaDraftModel
@@ -28,8 +27,8 @@ from .model import NativeAdapter, NativeContext, NativeModel, moe_skip_policy, s
 from .placement import open_context
 from .pooling import check_pooling, pool, pooling_of
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
-from .sampling import (LLAMA_DEFAULT_SEED, LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
-                       logits_to_logprobs)
+from .sampling import (COMPLETION, LLAMA_DEFAULT_SEED, LogitsProcessorList, Sampler, SamplingParams,
+                       StoppingCriteriaList, logits_to_logprobs)
 from .tokenizer import Tokenizer
 
 

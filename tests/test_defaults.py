@@ -1,5 +1,6 @@
-"""The completion defaults live in pypowerinfer.defaults: Llama's signatures, SamplingParams and
-the server's request bodies read them from there, and they are llama-cpp-python's."""
+"""The completion defaults live in pypowerinfer.sampling (COMPLETION, CHAT): Llama's signatures,
+SamplingParams and the server's request bodies read them from there, and they are
+llama-cpp-python's."""
 from __future__ import annotations
 
 import inspect
@@ -7,7 +8,7 @@ from dataclasses import fields
 
 import pytest
 
-from pypowerinfer.defaults import CHAT, COMPLETION
+from pypowerinfer.sampling import CHAT, COMPLETION
 from pypowerinfer.sampling import SamplingParams
 
 # a Llama method, the defaults its signature reads, and its name for the temperature

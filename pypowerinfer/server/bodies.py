@@ -1,12 +1,12 @@
 """The request bodies (unknown fields are accepted and ignored, as OpenAI clients send extras);
-the sampling fields' defaults are defaults.COMPLETION's, and the chat body's defaults.CHAT's."""
+the sampling fields' defaults are sampling.COMPLETION's, and the chat body's sampling.CHAT's."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..defaults import CHAT, COMPLETION
+from ..sampling import CHAT, COMPLETION
 from ..grammar import GrammarError, LlamaGrammar
 from ..sampling import LogitsProcessorList, MinTokensLogitsProcessor
 from .errors import APIError
