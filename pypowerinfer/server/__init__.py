@@ -18,8 +18,5 @@ metrics, and the routes), cli.py (the command line).
 from .app import MAX_BODY_BYTES, create_app
 from .cli import main, parse_args
 from .errors import APIError
-from .streaming import AheadOfClient
-
-_AheadOfClient = AheadOfClient  # the name the server's tests import
 
 __all__ = ["APIError", "MAX_BODY_BYTES", "create_app", "main", "parse_args"]
