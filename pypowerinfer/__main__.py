@@ -13,9 +13,10 @@ import os
 import sys
 import time
 
-from .completion import utf8_complete_prefix
 from .llama import LLAMA_DEFAULT_SEED, Llama
 from .resources import default_model_path
+from .sampling import COMPLETION
+from .utf8 import utf8_complete_prefix
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -27,11 +28,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("-tb", "--threads-batch", type=int, default=None, help="threads for the prompt (default: -t)")
     p.add_argument("-c", "--ctx-size", type=int, default=2048, help="context size (0 = the model's)")
     p.add_argument("-b", "--batch-size", type=int, default=512, help="prompt batch size")
-    p.add_argument("--temp", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--temp", type=float, default=COMPLETION.temperature)
+    p.add_argument("--top-k", type=int, default=COMPLETION.top_k)
+    p.add_argument("--top-p", type=float, default=COMPLETION.top_p)
+    p.add_argument("--min-p", type=float, default=COMPLETION.min_p)
+    p.add_argument("--repeat-penalty", type=float, default=COMPLETION.repeat_penalty)
     p.add_argument("-s", "--seed", type=int, default=LLAMA_DEFAULT_SEED)
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
     mode = p.add_mutually_exclusive_group()

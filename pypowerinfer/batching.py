@@ -22,29 +22,29 @@ from __future__ import annotations
 import collections
 import random
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .completion import CompletionRequest, run_completion
-from .llama import Llama
-from .model import NativeContext
-from .sampling import LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList
+from .chat import ChatFormats
+from .completion import CompletionAPI, CompletionRequest, run_completion
+from .generator import StopRules, TokenPicker
+from .sampling import Sampler
 from .state import longest_token_prefix
+
+if TYPE_CHECKING:
+    from .llama import Llama
 
 
 class _Request:
-    """One completion in the batch: its tokens, sampler and the tokens not yet read by its consumer."""
+    """One completion in the batch: its tokens, how it picks the next one, when it ends, and the
+    tokens not yet read by its consumer."""
 
-    def __init__(self, engine: "BatchEngine", req: CompletionRequest, seed: int, params: SamplingParams,
-                 logits_processor, stopping_criteria, grammar):
+    def __init__(self, engine: "BatchEngine", req: CompletionRequest, seed: int):
         self.prompt = list(req.prompt_tokens)
-        self.max_tokens = req.max_tokens
-        self.params, self.logits_processor, self.stopping_criteria, self.grammar = (
-            params, logits_processor, stopping_criteria, grammar)
-        self.sampler = Sampler(engine.n_vocab, seed)
-        if grammar is not None:
-            grammar.reset()  # as Llama: the grammar restarts with each generation
+        self.picker = TokenPicker(Sampler(engine.n_vocab, seed), req.sampling, engine.tokenizer_)
+        self.picker.start(seed, first=len(self.prompt))
+        self.rules = StopRules(engine.tokenizer_, req.max_tokens, req.stops)
         self.tokens = np.zeros(engine.seq_ctx, dtype=np.intc)  # prompt, then what was sampled
         self.tokens[: len(self.prompt)] = self.prompt
         self.n_tokens = len(self.prompt)
@@ -61,59 +61,44 @@ class _Request:
         return self.n_tokens - len(self.prompt)
 
 
-class _RequestView:
-    """What run_completion reads of a model (completion.CompletionModel), for one request: the
-    Llama's tokenizer, and as `scores` the logits rows of this request's positions."""
+class _RequestOutput:
+    """What run_completion reads for one request (completion.CompletionOutput): the tokenizer, and
+    as `scores` the logits rows kept of this request's positions."""
 
     cache = None
 
-    def __init__(self, llm: Llama, rows: Optional[Dict[int, np.ndarray]]):
-        self._llm = llm
-        self.tokenizer_ = llm.tokenizer_
+    def __init__(self, tokenizer, rows: Optional[Dict[int, np.ndarray]]):
+        self.tokenizer_ = tokenizer
         self.scores = rows
 
-    def detokenize(self, tokens, prev_tokens=None, special: bool = False) -> bytes:
-        return self._llm.detokenize(tokens, prev_tokens=prev_tokens, special=special)
-
-    def token_bos(self) -> int:
-        return self._llm.token_bos()
-
-    def save_state(self):  # run_completion calls it only with a cache, which the view has not
+    def save_state(self):  # run_completion calls it only with a cache, which a request has not
         raise NotImplementedError
 
 
-class BatchEngine:
+class BatchEngine(CompletionAPI):
     """Continuous batching of completions over `n_parallel` sequences of one context, on the
     model, tokenizer, chat formats and options of `llm` (see the module's text)."""
 
     PREFILL_CHUNK = 128  # prompt tokens in a step beside decoding sequences (a 64 x 64 tile's multiple)
 
-    def __init__(self, llm: Llama, n_parallel: int = 4, *, n_ctx: Optional[int] = None, ahead: int = 8):
+    def __init__(self, llm: "Llama", n_parallel: int = 4, *, n_ctx: Optional[int] = None, ahead: int = 8):
         if not isinstance(n_parallel, int) or n_parallel < 1:
             raise ValueError(f"n_parallel must be a positive integer, not {n_parallel!r}")
-        llm._require_decoder()
-        if llm.placement is not None or llm._n_gpu_layers:
-            raise NotImplementedError("BatchEngine runs its sequences on the CPU: n_gpu_layers and vram_budget "
-                                      "with more than one sequence are not supported yet")
-        if llm.draft_model is not None:
-            raise NotImplementedError("BatchEngine does not run speculative decoding (draft_model): use Llama")
-        n_ctx = n_ctx or llm.n_ctx()
-        if n_parallel > min(n_ctx, llm.n_batch):
-            raise ValueError(f"n_parallel {n_parallel} is more than n_ctx {n_ctx} or n_batch {llm.n_batch}")
-        self._llm = llm
+        self._ctx = llm.batch_context(n_parallel, n_ctx or llm.n_ctx())
+        self._llm = llm  # its chat_format, read at each chat completion
         self.n_parallel = n_parallel
         self.n_vocab = llm.n_vocab()
-        options = {**llm._context_options, "n_ctx": n_ctx, "logits_all": False, "embeddings": False,
-                   "n_logits": n_parallel}
-        self._ctx = NativeContext(llm._model, n_seq_max=n_parallel, **options)
-        if llm._adapter is not None:
-            self._ctx.set_adapter(llm._adapter, llm.lora_scale)
+        # what CompletionAPI reads
+        self.tokenizer_ = llm.tokenizer_
+        self.last_n_tokens_size = llm.last_n_tokens_size
+        self.model_path = llm.model_path
+        self._chat_formats = ChatFormats(llm.metadata, llm.tokenizer_)
         self.seq_ctx = self._ctx.seq_ctx
-        self._n_ctx = self.seq_ctx  # what Llama's completion code checks prompts against
+        self._n_ctx = self.seq_ctx  # a sequence's positions
         self._logits_all = True  # logprobs of generated tokens are kept per request (rows)
         self.n_batch = llm.n_batch
         self._ahead = max(1, ahead)
-        self._rng = random.Random(llm._seed)
+        self._rng = random.Random(llm.context_params.seed)
         # a step's batch, allocated once
         self._tok = np.zeros(self.n_batch, dtype=np.int32)
         self._pos = np.zeros(self.n_batch, dtype=np.int32)
@@ -130,27 +115,21 @@ class BatchEngine:
         self._thread = threading.Thread(target=self._loop, name="pypowerinfer-batch", daemon=True)
         self._thread.start()
 
-    # ---- Llama's completion API, run on the batch ----
-    create_completion = Llama.create_completion
-    create_chat_completion = Llama.create_chat_completion
-    _complete = Llama._complete
-    __call__ = Llama.__call__
+    # ---- CompletionAPI's methods, run on the batch ----
+    def _require_decoder(self) -> None:
+        if self._closed:
+            raise RuntimeError("the BatchEngine is closed")
 
-    def __getattr__(self, name: str) -> Any:
-        # the rest of what those methods read (tokenize, chat formats, last_n_tokens_size, ...) is the Llama's
-        if name == "_llm":
-            raise AttributeError(name)
-        return getattr(self._llm, name)
+    def _chat_format(self):
+        return self._chat_formats.get(self._llm.chat_format)
 
-    def _run(self, req: CompletionRequest, seed: Optional[int], params: SamplingParams,
-             logits_processor: Optional[LogitsProcessorList], stopping_criteria: Optional[StoppingCriteriaList],
-             grammar) -> Iterator[dict]:
+    def _run(self, req: CompletionRequest) -> Iterator[dict]:
         if req.echo and req.logprobs is not None:
             raise NotImplementedError("BatchEngine keeps the logits of generated tokens only: echo with logprobs "
                                       "needs the prompt's, use Llama(logits_all=True)")
-        seed = seed if seed is not None else self._rng.randint(0, 2**32)
-        request = _Request(self, req, seed, params, logits_processor, stopping_criteria, grammar)
-        return run_completion(_RequestView(self._llm, request.rows), req, lambda _: self._tokens(request))
+        seed = req.seed if req.seed is not None else self._rng.randint(0, 2**32)
+        request = _Request(self, req, seed)
+        return run_completion(_RequestOutput(self.tokenizer_, request.rows), req, lambda: self._tokens(request))
 
     def create_completions(self, requests: Sequence[Dict[str, Any]]) -> Iterator[Tuple[int, dict]]:
         """Many completions at once: each of `requests` is create_completion's keyword arguments
@@ -298,21 +277,14 @@ class BatchEngine:
             self._cond.notify_all()
 
     def _sample(self, r: _Request, logits: np.ndarray) -> Optional[int]:
-        """r's next token from the logits of its last position, as Llama._sample and _generate
-        choose it (None: the request's stopping criteria ended it), or the exception raised."""
+        """r's next token from the logits of its last position (None: the request's stopping
+        criteria ended it), or the exception raised."""
         end = r.n_tokens
         try:
-            if r.stopping_criteria is not None and r.stopping_criteria(r.tokens[:end], logits):
-                return None
-            mask = r.grammar.allowed(self._llm.tokenizer_) if r.grammar is not None else None
-            token = r.sampler.sample(logits, r.tokens[len(r.prompt): end], r.params,
-                                     logits_processor=r.logits_processor, input_ids=r.tokens[:end],
-                                     grammar_mask=mask)
-            if r.grammar is not None:
-                r.grammar.accept_token(self._llm.tokenizer_, token)
+            token = r.picker.next(logits, r.tokens, end)
         except Exception as exc:  # noqa: BLE001 - the request's consumer raises it
             return exc
-        if r.rows is not None:
+        if r.rows is not None and token is not None:
             r.rows[end - 1] = logits.copy()
         return token
 
@@ -326,8 +298,8 @@ class BatchEngine:
         r.out.append(token)
         r.tokens[r.n_tokens] = token
         r.n_tokens += 1
-        if (self._llm.tokenizer_.is_eog(token) or r.generated >= r.max_tokens or r.n_tokens >= self.seq_ctx):
-            r.done = True
+        # max_tokens fits the sequence's positions (CompletionAPI._complete), so the slot never overflows
+        r.done = r.rules.last(token, r.generated)
 
     # ---- the engine's state ----
     def busy_slots(self) -> int:

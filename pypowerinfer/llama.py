@@ -1,13 +1,12 @@
 """`Llama`: llama-cpp-python's high-level API over the native runtime.
 
 A thin facade: native handles live in model.py, device policy in placement.py, tokenization in
-tokenizer.py, sampling in sampling.py, response assembly in completion.py, chat formats in
-chat.py and embedding pooling in pooling.py.
+tokenizer.py, sampling in sampling.py, one sequence's generation in generator.py, the completion
+methods and response assembly in completion.py, chat formats in chat.py and embedding pooling in
+pooling.py.
 """
 from __future__ import annotations
 
-import functools
-import json
 import multiprocessing
 import os
 import random
@@ -18,10 +17,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Unio
 import numpy as np
 
 from ._logger import log_info, set_verbose
-from .chat import (ChatFormats, chunks_to_chat, completion_to_chat, forced_tool, response_format_grammar,
-                   tool_call_chunks, tool_call_to_chat)
-from .completion import CompletionRequest, run_completion
-from .grammar import LlamaGrammar
+from .chat import ChatFormats
+from .completion import CompletionAPI, CompletionRequest, run_completion
+from .generator import Drafter, Sampling, TokenPicker
 from .kv_cache import describe as describe_kv_cache, kv_cache_type
 from .llama_speculative import LlamaDraftModel
 from .llama_tokenizer import LlamaTokenizer
@@ -29,8 +27,8 @@ from .model import NativeAdapter, NativeContext, NativeModel, moe_skip_policy, s
 from .placement import open_context
 from .pooling import check_pooling, pool, pooling_of
 from .state import BaseLlamaCache, LlamaState, longest_token_prefix
-from .sampling import (LLAMA_DEFAULT_SEED, LogitsProcessorList, Sampler, SamplingParams, StoppingCriteriaList,
-                       logits_to_logprobs)
+from .sampling import (COMPLETION, LLAMA_DEFAULT_SEED, LogitsProcessorList, Sampler, SamplingParams,
+                       StoppingCriteriaList, logits_to_logprobs)
 from .tokenizer import Tokenizer
 
 
@@ -54,8 +52,9 @@ def _meta_str(value: object) -> str:
     return str(value)
 
 
-class Llama:
-    """Load a GGUF model and run it; the constructor and methods follow llama-cpp-python 0.3.36."""
+class Llama(CompletionAPI):
+    """Load a GGUF model and run it; the constructor and methods follow llama-cpp-python 0.3.36
+    (the completion methods are completion.CompletionAPI's)."""
 
     def __init__(
         self,
@@ -72,7 +71,7 @@ class Llama:
         logits_all: bool = False,
         embedding: bool = False,
         pooling_type: int = -1,  # LLAMA_POOLING_TYPE_UNSPECIFIED: the model's
-        last_n_tokens_size: int = 64,
+        last_n_tokens_size: int = COMPLETION.penalty_last_n,
         chat_format: Optional[str] = None,
         verbose: bool = True,
         kernel_impl: int = 0,
@@ -148,9 +147,9 @@ class Llama:
         if draft_model is not None and not isinstance(draft_model, LlamaDraftModel):
             raise TypeError(f"draft_model must be a LlamaDraftModel, not {type(draft_model).__name__}")
         self.draft_model = draft_model
-        self._draft_cap = max(1, min(int(getattr(draft_model, "num_pred_tokens", 16)), max(n_batch, 2) - 1))
-        self._n_logits = self._draft_cap + 1 if draft_model is not None and not logits_all else 1
-        self._draft_len = self._draft_cap  # _adapt_draft moves it with the guesses that hold
+        draft_cap = max(1, min(int(getattr(draft_model, "num_pred_tokens", 16)), max(n_batch, 2) - 1))
+        self._drafter = Drafter(draft_model, draft_cap) if draft_model is not None else None
+        self._n_logits = draft_cap + 1 if draft_model is not None and not logits_all else 1
         self._logits_from = 0  # without logits_all: the position whose logits are in row 0
         self._pooling_override = None if pooling_type == -1 else pooling_type
         self.cache = None
@@ -345,45 +344,43 @@ class Llama:
                              f"{self._logits_from}..{self.n_tokens - 1}); use logits_all=True")
         return self.scores[idx - self._logits_from]
 
-    def sample(self, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, typical_p: float = 1.0,
-               temp: float = 0.80, repeat_penalty: float = 1.0, frequency_penalty: float = 0.0,
-               presence_penalty: float = 0.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
-               mirostat_eta: float = 0.1, mirostat_tau: float = 5.0, penalize_nl: bool = True,
+    def sample(self, top_k: int = COMPLETION.top_k, top_p: float = COMPLETION.top_p, min_p: float = COMPLETION.min_p,
+               typical_p: float = COMPLETION.typical_p, temp: float = COMPLETION.temperature,
+               repeat_penalty: float = COMPLETION.repeat_penalty,
+               frequency_penalty: float = COMPLETION.frequency_penalty,
+               presence_penalty: float = COMPLETION.presence_penalty, tfs_z: float = COMPLETION.tfs_z,
+               mirostat_mode: int = COMPLETION.mirostat_mode, mirostat_eta: float = COMPLETION.mirostat_eta,
+               mirostat_tau: float = COMPLETION.mirostat_tau, penalize_nl: bool = True,
                logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
                idx: Optional[int] = None, logit_bias: Optional[Dict[int, float]] = None) -> int:
         """Sample the next token from the logits of position idx (default: the last evaluated)."""
-        return self._sample(SamplingParams.from_arguments(locals(), self.last_n_tokens_size), logits_processor,
-                            grammar, idx)
-
-    def _sample(self, params: SamplingParams, logits_processor: Optional[LogitsProcessorList], grammar,
-                idx: Optional[int] = None) -> int:
         if self.n_tokens == 0:
             raise ValueError("sample() needs evaluated tokens: call eval() first")
-        end = self.n_tokens if idx is None else idx + 1
+        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
         # as llama-cpp-python: penalties see only what generate() sampled; a standalone call, nothing
-        start = end if self._history_start is None else min(self._history_start, end)
-        mask = grammar.allowed(self.tokenizer_) if grammar is not None else None
-        token = self._sampler.sample(self._last_logits(idx), self.input_ids[start:end], params,
-                                     logits_processor=logits_processor, input_ids=self.input_ids[:end],
-                                     grammar_mask=mask)
-        if grammar is not None:
-            grammar.accept_token(self.tokenizer_, token)
-        return token
+        picker = TokenPicker(self._sampler, Sampling(params, logits_processor, grammar=grammar), self.tokenizer_,
+                             first=self._history_start)
+        end = self.n_tokens if idx is None else idx + 1
+        return picker.next(self._last_logits(idx), self.input_ids, end)
 
-    def generate(self, tokens: Sequence[int], top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
-                 typical_p: float = 1.0, temp: float = 0.80, repeat_penalty: float = 1.0, reset: bool = True,
-                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0, tfs_z: float = 1.0,
-                 mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
-                 penalize_nl: bool = True, logits_processor: Optional[LogitsProcessorList] = None,
+    def generate(self, tokens: Sequence[int], top_k: int = COMPLETION.top_k, top_p: float = COMPLETION.top_p,
+                 min_p: float = COMPLETION.min_p, typical_p: float = COMPLETION.typical_p,
+                 temp: float = COMPLETION.temperature, repeat_penalty: float = COMPLETION.repeat_penalty,
+                 reset: bool = True, frequency_penalty: float = COMPLETION.frequency_penalty,
+                 presence_penalty: float = COMPLETION.presence_penalty, tfs_z: float = COMPLETION.tfs_z,
+                 mirostat_mode: int = COMPLETION.mirostat_mode, mirostat_tau: float = COMPLETION.mirostat_tau,
+                 mirostat_eta: float = COMPLETION.mirostat_eta, penalize_nl: bool = True,
+                 logits_processor: Optional[LogitsProcessorList] = None,
                  stopping_criteria: Optional[StoppingCriteriaList] = None, grammar=None,
                  logit_bias: Optional[Dict[int, float]] = None) -> Iterator[int]:
         """Yield sampled tokens forever; the KV cache is reused for the prefix shared with the last call."""
         params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
-        yield from self._generate(tokens, params, reset, logits_processor, stopping_criteria, grammar)
+        yield from self._generate(tokens, Sampling(params, logits_processor, stopping_criteria, grammar), reset)
 
-    def _generate(self, tokens: Sequence[int], params: SamplingParams, reset: bool,
-                  logits_processor: Optional[LogitsProcessorList], stopping_criteria: Optional[StoppingCriteriaList],
-                  grammar) -> Iterator[int]:
+    def _generate(self, tokens: Sequence[int], sampling: Sampling, reset: bool) -> Iterator[int]:
+        """This Llama's one sequence: evaluate what is new (the prompt's tail, then each sampled
+        token with the draft's guesses after it), sample from each position's logits, and keep
+        the guesses that held. A caller may send tokens in (generate's `send`) to follow a token."""
         tokens = list(tokens)
         if reset and self.n_tokens > 0:
             prefix = longest_token_prefix(self._input_ids.tolist(), tokens)
@@ -393,10 +390,9 @@ class Llama:
             tokens = tokens[self.n_tokens:]
         elif reset:
             self.reset()
-        self._sampler.reseed(self._seed)
-        if grammar is not None:
-            grammar.reset()  # llama-cpp-python builds its grammar sampler afresh per generation
-        self._history_start = self.n_tokens + len(tokens)
+        picker = TokenPicker(self._sampler, sampling, self.tokenizer_)
+        picker.start(self._seed, first=self.n_tokens + len(tokens))
+        self._history_start = picker.first
         try:
             while True:
                 # tokens: what was sampled (and sent in) since the last step, then the draft's guesses
@@ -405,9 +401,8 @@ class Llama:
                 self.eval(tokens + guesses)
                 accepted = len(guesses)
                 for idx in range(first, self.n_tokens):
-                    token = self._sample(params, logits_processor, grammar, idx)
-                    if stopping_criteria is not None and stopping_criteria(self.input_ids[: idx + 1],
-                                                                           self._last_logits(idx)):
+                    token = picker.next(self._last_logits(idx), self.input_ids, idx + 1)
+                    if token is None:  # the stopping criteria
                         return
                     extra = yield token
                     tokens = [token] + (list(extra) if extra else [])
@@ -418,7 +413,8 @@ class Llama:
                         break
                     if idx + 1 < self.n_tokens:
                         tokens = []  # the guess is in the cache already
-                self._adapt_draft(len(guesses), accepted)
+                if self._drafter is not None:
+                    self._drafter.adapt(len(guesses), accepted)
         finally:
             self._history_start = None
 
@@ -436,88 +432,21 @@ class Llama:
                 raise ValueError(f"draft_model.{name} has another vocabulary ({n_vocab()} tokens) than the model "
                                  f"({self._n_vocab}): its guesses would be other tokens")
 
-    def _adapt_draft(self, guessed: int, accepted: int) -> None:
-        """The next draft's length: doubled after a draft held entirely, else one past the guesses
-        that held. A step of k tokens costs more than one here (the weights are read once, but
-        the k dot products are computed), so guesses that fail are not free."""
-        if guessed:
-            self._draft_len = min(self._draft_cap, 2 * self._draft_len) if accepted == guessed else accepted + 1
-
     def _draft(self, tokens: List[int]) -> List[int]:
-        """The draft model's guesses after `tokens`, as many as the draft length, the context and
-        the logits rows allow."""
-        if self.draft_model is None:
+        """The draft model's guesses after the sequence and `tokens`, as many as the draft length
+        and the context allow."""
+        end = self.n_tokens + len(tokens)
+        if self._drafter is None or end >= self._n_ctx:
             return []
-        room = min(self._draft_len, self._n_ctx - self.n_tokens - len(tokens))
-        if room <= 0:
-            return []
-        self.input_ids[self.n_tokens: self.n_tokens + len(tokens)] = tokens
-        guesses = self.draft_model(self.input_ids[: self.n_tokens + len(tokens)])
-        return [int(t) for t in np.asarray(guesses)[:room]]
+        self.input_ids[self.n_tokens: end] = tokens
+        return self._drafter.guesses(self.input_ids[:end], self._n_ctx - end)
 
-    # ---- completions ----
-    def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
-                          max_tokens: Optional[int] = 16, temperature: float = 0.8, top_p: float = 0.95,
-                          min_p: float = 0.05, typical_p: float = 1.0, logprobs: Optional[int] = None,
-                          echo: bool = False, stop: Optional[Union[str, List[str]]] = [],
-                          frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-                          repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
-                          seed: Optional[int] = None, tfs_z: float = 1.0, mirostat_mode: int = 0,
-                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
-                          stopping_criteria: Optional[StoppingCriteriaList] = None,
-                          logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
-                          logit_bias: Optional[Dict[int, float]] = None):
-        """Complete `prompt`; a dict, or an iterator of chunk dicts when stream=True."""
-        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
-        return self._complete(prompt, params, suffix=suffix, max_tokens=max_tokens, logprobs=logprobs, echo=echo,
-                              stop=stop, stream=stream, seed=seed, model=model, stopping_criteria=stopping_criteria,
-                              logits_processor=logits_processor, grammar=grammar)
+    # ---- completions (CompletionAPI's methods generate here) ----
+    def _run(self, req: CompletionRequest) -> Iterator[dict]:
+        """The completion's chunks, generated on this Llama's one sequence."""
+        return self._exclusive(req, lambda: self._generate(req.prompt_tokens, req.sampling, reset=True))
 
-    def _complete(self, prompt: Union[str, List[int]], params: SamplingParams, *, suffix: Optional[str],
-                  max_tokens: Optional[int], logprobs: Optional[int], echo: bool,
-                  stop: Optional[Union[str, List[str]]], stream: bool, seed: Optional[int], model: Optional[str],
-                  stopping_criteria: Optional[StoppingCriteriaList], logits_processor: Optional[LogitsProcessorList],
-                  grammar):
-        self._require_decoder()
-        if isinstance(prompt, str):
-            prompt_text = prompt
-            prompt_tokens = (self.tokenize(prompt.encode("utf-8"), add_bos=True, special=suffix is None)
-                             if prompt else [])
-        else:
-            prompt_tokens, prompt_text = list(prompt), ""
-        if not prompt_tokens:
-            prompt_tokens = [self.token_bos()]
-        if len(prompt_tokens) >= self._n_ctx:
-            raise ValueError(f"Requested tokens ({len(prompt_tokens)}) exceed context window of {self._n_ctx}")
-        if logprobs is not None and not self._logits_all:
-            raise ValueError("logprobs is not supported for models created with logits_all=False")
-        room = self._n_ctx - len(prompt_tokens)
-        max_tokens = room if max_tokens is None or max_tokens <= 0 else min(max_tokens, room)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        req = CompletionRequest(
-            prompt_tokens=prompt_tokens, prompt_text=prompt_text, max_tokens=max_tokens,
-            stops=[s.encode("utf-8") for s in stops], stream=stream, echo=echo, logprobs=logprobs,
-            suffix=suffix, model_name=model if model is not None else self.model_path,
-        )
-        chunks = self._run(req, seed, params, logits_processor, stopping_criteria, grammar)
-        if stream:
-            return chunks
-        try:
-            return next(chunks)
-        finally:
-            chunks.close()
-
-    def _run(self, req: CompletionRequest, seed: Optional[int], params: SamplingParams,
-             logits_processor: Optional[LogitsProcessorList], stopping_criteria: Optional[StoppingCriteriaList],
-             grammar) -> Iterator[dict]:
-        """The completion's chunks, generated on this Llama's one sequence (BatchEngine runs
-        them among others instead)."""
-        generate = functools.partial(self._generate, params=params, reset=True, logits_processor=logits_processor,
-                                     stopping_criteria=stopping_criteria, grammar=grammar)
-        return self._exclusive(req, seed, generate)
-
-    def _exclusive(self, req: CompletionRequest, seed: Optional[int],
-                   generate: Callable[[List[int]], Iterator[int]]) -> Iterator[dict]:
+    def _exclusive(self, req: CompletionRequest, generate: Callable[[], Iterator[int]]) -> Iterator[dict]:
         """The completion's chunks, with the model to itself: a completion from another thread
         waits for this one to finish; one from the thread that is consuming it is refused."""
         me = threading.get_ident()
@@ -528,14 +457,29 @@ class Llama:
         self._session_thread = me
         try:
             self._load_cached_prefix(req.prompt_tokens)
-            self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2**32))
+            self.set_seed(req.seed if req.seed is not None else random.Random(self._seed).randint(0, 2**32))
             yield from run_completion(self, req, generate)
         finally:
             self._session_thread = None
             self._session.release()
 
-    def __call__(self, prompt: Union[str, List[int]], *args: Any, **kwargs: Any):
-        return self.create_completion(prompt, *args, **kwargs)
+    def batch_context(self, n_seq_max: int, n_ctx: int) -> NativeContext:
+        """A context of `n_seq_max` sequences sharing `n_ctx` positions on this Llama's model,
+        options and LoRA adapter, one logits row per sequence (what batching.BatchEngine runs)."""
+        self._require_decoder()
+        if self.placement is not None or self._n_gpu_layers:
+            raise NotImplementedError("BatchEngine runs its sequences on the CPU: n_gpu_layers and vram_budget "
+                                      "with more than one sequence are not supported yet")
+        if self.draft_model is not None:
+            raise NotImplementedError("BatchEngine does not run speculative decoding (draft_model): use Llama")
+        if n_seq_max > min(n_ctx, self.n_batch):
+            raise ValueError(f"n_parallel {n_seq_max} is more than n_ctx {n_ctx} or n_batch {self.n_batch}")
+        options = {**self._context_options, "n_ctx": n_ctx, "logits_all": False, "embeddings": False,
+                   "n_logits": n_seq_max}
+        ctx = NativeContext(self._model, n_seq_max=n_seq_max, **options)
+        if self._adapter is not None:
+            ctx.set_adapter(self._adapter, self.lora_scale)
+        return ctx
 
     # ---- embeddings ----
     def pooling_type(self) -> int:
@@ -579,55 +523,6 @@ class Llama:
     def _chat_format(self):
         """The formatter of chat_format (chat.ChatFormats)."""
         return self._chat_formats.get(self.chat_format)
-
-    def create_chat_completion(self, messages: List[Dict[str, Any]], functions: Optional[List[dict]] = None,
-                               function_call=None, tools: Optional[List[dict]] = None, tool_choice=None,
-                               temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
-                               typical_p: float = 1.0, stream: bool = False,
-                               stop: Optional[Union[str, List[str]]] = [], seed: Optional[int] = None,
-                               response_format: Optional[dict] = None, max_tokens: Optional[int] = None,
-                               presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                               repeat_penalty: float = 1.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
-                               mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
-                               logits_processor: Optional[LogitsProcessorList] = None, grammar=None,
-                               logit_bias: Optional[Dict[int, float]] = None, logprobs: Optional[bool] = None,
-                               top_logprobs: Optional[int] = None):
-        """A chat completion of `messages` (a dict, or chat.completion.chunk dicts with stream=True)."""
-        params = SamplingParams.from_arguments(locals(), self.last_n_tokens_size)
-        if functions is not None and tools is None:  # the legacy form, as tools for the template
-            tools = [{"type": "function", "function": f} for f in functions]
-        grammar = response_format_grammar(response_format) or grammar
-        if isinstance(function_call, dict) and "name" in function_call:
-            tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
-        forced = forced_tool(tools, tool_choice)
-        if forced is not None:
-            grammar = LlamaGrammar.from_json_schema(json.dumps(forced["function"].get("parameters", {})))
-        chat = self._chat_format()(messages=messages, functions=functions, function_call=function_call,
-                                   tools=tools, tool_choice=tool_choice)
-        prompt = self.tokenize(chat.prompt.encode("utf-8"), add_bos=not chat.added_special, special=True)
-        stops = ([stop] if isinstance(stop, str) else list(stop or [])) + chat.stop
-        criteria = None
-        if chat.stop_token_ids:
-            ends = frozenset(chat.stop_token_ids)
-            criteria = StoppingCriteriaList([lambda ids, logits: int(ids[-1]) in ends])
-        out = self._complete(prompt, params, suffix=None, max_tokens=max_tokens,
-                             logprobs=top_logprobs if logprobs else None, echo=False, stop=stops, stream=stream,
-                             seed=seed, model=model, stopping_criteria=criteria, logits_processor=logits_processor,
-                             grammar=grammar)
-        if forced is not None:
-            return tool_call_chunks(forced["function"]["name"], out) if stream else \
-                tool_call_to_chat(forced["function"]["name"], out)
-        return chunks_to_chat(out) if stream else completion_to_chat(out)
-
-    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any):
-        """create_chat_completion as the `openai` package's ChatCompletion / ChatCompletionChunk objects."""
-        try:
-            from openai.types.chat import ChatCompletion, ChatCompletionChunk
-        except ImportError:
-            raise ImportError("create_chat_completion_openai_v1 needs the openai package: pip install openai") from None
-        if kwargs.get("stream", False):
-            return (ChatCompletionChunk(**chunk) for chunk in self.create_chat_completion(*args, **kwargs))
-        return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
 
     longest_token_prefix = staticmethod(longest_token_prefix)
 

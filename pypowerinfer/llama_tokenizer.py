@@ -1,10 +1,13 @@
 """Tokenizer objects with llama-cpp-python's interface (llama_cpp.llama_tokenizer): bytes in,
-token ids out, and back. `LlamaTokenizer` wraps a `Llama` (or opens a GGUF's vocabulary alone);
-`LlamaHFTokenizer` wraps a Hugging Face tokenizer, for clients that bring their own."""
+token ids out, and back. `LlamaTokenizer` is the model's own tokenizer (tokenizer.Tokenizer), taken
+from a `Llama` or read from a GGUF's vocabulary alone; `LlamaHFTokenizer` wraps a Hugging Face
+tokenizer, for clients that bring their own."""
 from __future__ import annotations
 
 import abc
 from typing import Any, List, Optional
+
+from .tokenizer import Tokenizer
 
 
 class BaseLlamaTokenizer(abc.ABC):
@@ -20,14 +23,16 @@ class BaseLlamaTokenizer(abc.ABC):
 
 class LlamaTokenizer(BaseLlamaTokenizer):
     def __init__(self, llama: Any):
-        self._llama = llama
+        """`llama`: a Llama (its `tokenizer_` is taken), or a tokenizer.Tokenizer itself."""
+        self._tokenizer: Tokenizer = llama if isinstance(llama, Tokenizer) else llama.tokenizer_
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> List[int]:
-        return self._llama.tokenize(text, add_bos=add_bos, special=special)
+        return self._tokenizer.encode(text, add_bos=add_bos, special=special)
 
     def detokenize(self, tokens: List[int], prev_tokens: Optional[List[int]] = None,
                    special: bool = False) -> bytes:
-        return self._llama.detokenize(tokens, prev_tokens=prev_tokens, special=special)
+        # a token's bytes do not depend on the tokens before it here, so prev_tokens changes nothing
+        return self._tokenizer.decode(tokens, special=special)
 
     def encode(self, text: str, add_bos: bool = True, special: bool = True) -> List[int]:
         return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos=add_bos, special=special)
@@ -37,9 +42,13 @@ class LlamaTokenizer(BaseLlamaTokenizer):
 
     @classmethod
     def from_ggml_file(cls, path: str) -> "LlamaTokenizer":
-        from .llama import Llama
+        from .model import NativeModel  # the native library, loaded only when a file is read
 
-        return cls(Llama(model_path=path, vocab_only=True, verbose=False))
+        model = NativeModel(path, vocab_only=True)
+        try:
+            return cls(Tokenizer.from_metadata(model.metadata()))
+        finally:
+            model.close()
 
 
 class LlamaHFTokenizer(BaseLlamaTokenizer):

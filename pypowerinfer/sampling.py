@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, List, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "CHAT",
+    "COMPLETION",
     "LLAMA_DEFAULT_SEED",
+    "CompletionDefaults",
     "Candidates",
     "LogitsProcessor",
     "LogitsProcessorList",
@@ -54,8 +57,14 @@ TOP_P_HEAD_MIN_SIZE = 1024  # ...when the set is larger than this
 _NEG_INF = np.float32(-np.inf)
 
 
-@dataclass
-class SamplingParams:
+
+@dataclass(frozen=True)
+class CompletionDefaults:
+    """llama-cpp-python's defaults for a completion's arguments, in one place: Llama's signatures
+    (create_completion, create_chat_completion, sample, generate), SamplingParams below and the
+    server's request bodies all read them from COMPLETION or CHAT."""
+
+    max_tokens: Optional[int] = 16  # None or <= 0: until the context is full
     temperature: float = 0.8
     top_k: int = 40
     top_p: float = 0.95
@@ -64,11 +73,31 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
-    penalty_last_n: int = 64  # llama-cpp-python's last_n_tokens_size
-    logit_bias: Optional[dict[int, float]] = None
+    tfs_z: float = 1.0  # accepted, as llama-cpp-python 0.3.36 accepts it; no sampler reads it
     mirostat_mode: int = 0
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
+    penalty_last_n: int = 64  # Llama(last_n_tokens_size=...)
+
+
+COMPLETION = CompletionDefaults()
+CHAT = replace(COMPLETION, max_tokens=None, temperature=0.2)  # create_chat_completion's
+
+@dataclass
+class SamplingParams:
+    temperature: float = COMPLETION.temperature
+    top_k: int = COMPLETION.top_k
+    top_p: float = COMPLETION.top_p
+    min_p: float = COMPLETION.min_p
+    typical_p: float = COMPLETION.typical_p
+    repeat_penalty: float = COMPLETION.repeat_penalty
+    frequency_penalty: float = COMPLETION.frequency_penalty
+    presence_penalty: float = COMPLETION.presence_penalty
+    penalty_last_n: int = COMPLETION.penalty_last_n  # llama-cpp-python's last_n_tokens_size
+    logit_bias: Optional[dict[int, float]] = None
+    mirostat_mode: int = COMPLETION.mirostat_mode
+    mirostat_tau: float = COMPLETION.mirostat_tau
+    mirostat_eta: float = COMPLETION.mirostat_eta
     min_keep: int = 1  # llama-cpp-python passes max(1, n_probs) with n_probs fixed at 0
 
     @classmethod

@@ -52,3 +52,16 @@ def token_bytes(text: str) -> bytes:
 
 def unescape_spaces(text: str) -> bytes:
     return token_bytes(text).replace(ESCAPED_SPACE, b" ")
+
+
+def utf8_complete_prefix(data: bytes) -> int:
+    """Length of the longest prefix of `data` that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # continuation byte: keep looking for the lead byte
+            continue
+        if byte & 0x80 == 0:  # ASCII
+            return len(data)
+        need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 1
+        return len(data) if back >= need else len(data) - back
+    return len(data)

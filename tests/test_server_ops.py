@@ -105,7 +105,7 @@ def test_a_bad_kv_cache_type_stops_the_server(smollm2_path, capsys):
 def test_a_stream_runs_ahead_of_its_client_and_stops_with_it():
     import asyncio
 
-    from pypowerinfer.server import _AheadOfClient
+    from pypowerinfer.server.streaming import AheadOfClient as _AheadOfClient
 
     made, closed = [], []
 

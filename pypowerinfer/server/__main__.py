@@ -1,0 +1,6 @@
+"""`python -m pypowerinfer.server`: the command line (cli.py)."""
+import sys
+
+from .cli import main
+
+sys.exit(main())
