@@ -124,7 +124,8 @@ def plot_png(rep: dict) -> bytes | None:
         ax[2].plot([a for a, _ in pts], [b for _, b in pts], marker="o", label="candidates")
         ax[2].axhline(rep["dense_validation_ppl"], color="grey", ls="--", label="dense")
         ch = rep["chosen"]
-        ax[2].plot([ch["predicted_sparsity"]], [ch["eval"]["ppl"]], "r*", ms=12, label="chosen")
+        if "ppl" in ch["eval"]:  # a denser setting the decision fell back to may not have been measured batched
+            ax[2].plot([ch["predicted_sparsity"]], [ch["eval"]["ppl"]], "r*", ms=12, label="chosen")
         ax[2].legend(fontsize=8)
     note = "" if rep["ppl_measured_sparse"] else " (runtime ran dense)"
     ax[2].set(title="validation ppl" + note, xlabel="predicted sparsity", ylabel="perplexity")

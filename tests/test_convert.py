@@ -663,3 +663,17 @@ def test_smollm2_conversion(smollm2_path, tmp_path):
     down = {t.name: t for t in r.tensors}["blk.0.ffn_down_t.weight"]
     assert down.tensor_type in DOWN_T_CHOICES
     assert isinstance(r.fields["powerinfer.sparse_default"].contents(), bool)
+
+
+def test_the_plot_draws_a_chosen_setting_without_a_batched_measurement():
+    """The decision can fall back to a denser setting that the batched search never measured
+    (its eval is empty): the PNG is drawn without its star rather than failing the conversion."""
+    pytest.importorskip("matplotlib")
+    from convert import report
+
+    layer = {"layer": 0, "recall": 0.95, "count_recall": 0.9, "precision": 0.7, "sparsity": 0.1, "label_sparsity": 0.2}
+    rep = {"neuron_freq": [[0.9, 0.5, 0.1]], "layers": [layer], "dense_validation_ppl": 20.0,
+           "candidates": [{"predicted_sparsity": 0.15, "eval": {"ppl": 21.0}}],
+           "chosen": {"predicted_sparsity": 0.07, "eval": {}}, "ppl_measured_sparse": True}
+    png = report.plot_png(rep)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
