@@ -1,10 +1,12 @@
-/* model.c - read hyperparameters, bind and shape-check every tensor. */
+/* model.c - read hyperparameters, bind and shape-check every tensor, group the dense weights' rows
+ * (kernels/repack.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/repack.h"
 #include "model.h"
 #include "placement.h"
 #include "status.h"
@@ -697,11 +699,6 @@ static int check_activation(const pi_model *m) {
                         ACT_NAMES[m->info.ffn_act], m->arch, gated ? "a" : "no");
 }
 
-/* A weight only the dense matmuls read, in a type with the grouped layout, in whole groups. */
-static int groupable(const pi_weight *w) {
-    return w->data && pi_groups_hold(w->type) && w->n_out % PI_GROUP_ROWS == 0;
-}
-
 enum { LAYER_DENSE = 10 };
 
 /* Weight i of those the dense matmuls read: 10 per layer (an MoE layer's experts, each in its
@@ -719,33 +716,29 @@ static pi_weight *dense_only(pi_model *m, int i) {
     return ws[i % LAYER_DENSE];
 }
 
-/* Those weights go into row groups, in place: the mapping is private, so a written page becomes
- * the process's own copy and the file is untouched, and resident memory stays one copy of each
- * weight. */
+/* Those weights, where their type has the grouped layout (kernels/repack.h), go into row groups,
+ * in place: the mapping is private, so a written page becomes the process's own copy and the
+ * file is untouched, and resident memory stays one copy of each weight. */
 static int group_weights(pi_model *m) {
     const int n = m->info.n_layer * LAYER_DENSE + 1;
-    size_t scratch_bytes = 0;
-    for (int i = 0; i < n; i++) {
-        const pi_weight *w = dense_only(m, i);
-        if (w && groupable(w) && w->row_bytes * PI_GROUP_ROWS > scratch_bytes) scratch_bytes = w->row_bytes * PI_GROUP_ROWS;
-    }
-    if (scratch_bytes == 0) return PI_OK;
-    uint8_t *scratch = malloc(scratch_bytes);
-    if (!scratch) return pi_set_error(PI_ERR_NOMEM, "no memory to group the weights' rows");
-    if (gguf_make_writable(&m->file) != 0) {
-        free(scratch);
-        return pi_set_error(PI_ERR_IO, "cannot make the model's private mapping writable to group its rows");
-    }
-    for (int i = 0; i < n; i++) {
+    pi_weight **ws = malloc((size_t)n * sizeof *ws);
+    pi_repack_item *items = malloc((size_t)n * sizeof *items);
+    int rc = !ws || !items ? pi_set_error(PI_ERR_NOMEM, "no memory to group the weights' rows") : PI_OK, n_items = 0;
+    for (int i = 0; !rc && i < n; i++) {
         pi_weight *w = dense_only(m, i);
-        if (!w || !groupable(w)) continue;
-        pi_group_rows(w->type, (uint8_t *)w->data, w->row_bytes, w->n_out * w->n_expert, scratch);
-        w->grouped = 1;
-        m->grouped_weights++;
+        if (!w || !w->data || !pi_repack_fits(w->type, w->n_out)) continue;
+        ws[n_items] = w;
+        items[n_items++] = (pi_repack_item){ w->type, (uint8_t *)w->data, w->row_bytes, w->n_out * w->n_expert };
     }
-    free(scratch);
+    if (!rc && n_items && gguf_make_writable(&m->file) != 0)
+        rc = pi_set_error(PI_ERR_IO, "cannot make the model's private mapping writable to group its rows");
+    if (!rc && n_items) rc = pi_repack_group(items, n_items);
+    for (int i = 0; !rc && i < n_items; i++) ws[i]->grouped = 1;
+    if (!rc) m->grouped_weights += n_items;
+    free(ws);
+    free(items);
     if (m->info.tied_output) m->output.grouped = m->token_embd.grouped;
-    return PI_OK;
+    return rc;
 }
 
 /* Whether ReGLU experts skip their dead neurons' rows: the caller's choice (0 or 1), else the
