@@ -8,7 +8,6 @@
 #include "kernels/kernels.h"
 #include "kernels/repack.h"
 #include "model.h"
-#include "placement.h"
 #include "status.h"
 
 /* What an architecture changes in the llama block (pi_model.traits). */
@@ -580,41 +579,14 @@ static int refuse_long_rope(const pi_model *m) {
     return PI_OK;
 }
 
-typedef struct {
-    float freq;
-    int32_t id;
-} ranked;
-
-static int by_freq_desc(const void *a, const void *b) {
-    const ranked *x = a, *y = b;
-    if (x->freq != y->freq) return x->freq > y->freq ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
-/* Every layer's order: neurons by descending ffn_freq (ties: lower id first), the identity for a
- * layer without a profile. A non-finite frequency is a format error. */
-static int order_neurons(pi_model *m) {
-    const int n_ff = m->info.n_ff, n_layer = m->info.n_layer;
-    m->orders = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
-    ranked *tmp = malloc((size_t)n_ff * sizeof *tmp);
-    if (!m->orders || !tmp) {
-        free(tmp);
-        return pi_set_error(PI_ERR_NOMEM, "no memory for the neuron order");
+/* Every profiled frequency is finite (placement.c orders the neurons by them). */
+static int check_freqs(const pi_model *m) {
+    for (int il = 0; il < m->info.n_layer; il++) {
+        const float *f = m->layers[il].ffn_freq;
+        for (int i = 0; f && i < m->info.n_ff; i++)
+            if (!isfinite(f[i])) return pi_set_error(PI_ERR_FORMAT, "blk.%d.ffn_freq[%d] is not finite", il, i);
     }
-    int rc = PI_OK;
-    for (int il = 0; il < n_layer && !rc; il++) {
-        pi_layer *L = &m->layers[il];
-        L->order = m->orders + (size_t)il * n_ff;
-        for (int i = 0; i < n_ff; i++) {
-            const float f = L->ffn_freq ? L->ffn_freq[i] : 0.0f;
-            if (!isfinite(f)) rc = pi_set_error(PI_ERR_FORMAT, "blk.%d.ffn_freq[%d] is not finite", il, i);
-            tmp[i] = (ranked){ f, i };
-        }
-        if (L->ffn_freq && !rc) qsort(tmp, (size_t)n_ff, sizeof *tmp, by_freq_desc);
-        for (int i = 0; i < n_ff; i++) L->order[i] = tmp[i].id;
-    }
-    free(tmp);
-    return rc;
+    return PI_OK;
 }
 
 /* whether layer il is a sliding-window layer of the cycle (llama.cpp's set_swa_pattern) */
@@ -688,7 +660,7 @@ static int bind_tensors(pi_model *m) {
     }
     if ((rc = check_predictors(m))) return rc;
     if ((rc = read_thresholds(m))) return rc;
-    return order_neurons(m);
+    return check_freqs(m);
 }
 
 /* GLU activations multiply by up, so they need a gate; the plain ones need its absence */
@@ -793,7 +765,6 @@ PI_API void pi_model_free(pi_model *m) {
     gguf_close(&m->file);
     free(m->layers);
     free(m->vectors);
-    free(m->orders);
     free(m->description);
     free(m);
 }

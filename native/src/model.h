@@ -4,6 +4,14 @@
 #include "gguf.h"
 #include "powerinfer.h"
 
+/* Neurons are visited in runs of this many positions of a layer's layout, the sparse FFN's unit
+ * of work and the placement's (placement.h); a layer's hot part is a whole number of runs, so the
+ * runs, and the order their partial sums are added in, are the same however the layer is split
+ * between the device and the CPU. An expert's runs are this many contiguous neurons in the file's
+ * order (run j: [128 j, min(128 (j + 1), n_ff_exp)), the last one maybe shorter), the shape of
+ * its profile (blk.N.ffn_exp_run_freq); its rows are not re-laid out. */
+enum { PI_FFN_RUN = 128 };
+
 /* A matrix of n_out rows of n_in weights (GGUF ne = {n_in, n_out}), one output per row; or
  * n_expert such matrices one after another (ne = {n_in, n_out, n_expert}: an MoE layer's experts). */
 typedef struct {
@@ -43,7 +51,6 @@ typedef struct {
     pi_weight ffn_down_t;   /* n_ff rows of n_embd: neuron i's down weights as row i */
     float *ffn_freq;        /* [n_ff] profiled activation frequency, or NULL */
     float threshold;        /* a neuron runs when its predictor logit >= threshold */
-    int32_t *order;         /* [n_ff] the neuron at each position, most frequent first (ffn_freq) */
     /* an MoE layer's profile, or NULL: the share of tokens routed to each expert [n_expert], and
      * the share of tokens reading each run's up and down rows [n_expert][expert runs] (routed,
      * times the run's live share for ReLU-gated experts) */
@@ -93,8 +100,12 @@ struct pi_model {
     int kquant_weights;     /* some weight is a K-quant: activations are made in Q8_K too */
     int32_t max_rank;       /* largest predictor rank over the layers */
     float *vectors;         /* one allocation holding every norm and bias above, as f32 */
-    int32_t *orders;        /* one allocation holding every layer's order */
     char *description;      /* built on demand by pi_model_describe */
 };
+
+/* Runs per expert: ceil(n_ff_exp / PI_FFN_RUN); 0 without experts. */
+static inline int pi_model_expert_runs(const pi_model *m) {
+    return m->n_expert ? (m->n_ff_exp + PI_FFN_RUN - 1) / PI_FFN_RUN : 0;
+}
 
 #endif
