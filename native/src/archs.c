@@ -102,6 +102,14 @@ static int read_smallthinker(pi_model *m) {
     return PI_OK;
 }
 
+/* SmolLM3: the llama block whose every fourth layer, il % 4 == 3, has no rope (llama.cpp's
+ * n_no_rope_layer_step, fixed at 4 for it: no key says otherwise). */
+static int read_smollm3(pi_model *m) {
+    m->no_rope_step = 4;
+    m->no_rope_phase = 3;
+    return PI_OK;
+}
+
 const pi_arch PI_ARCHS[] = {
     { .name = "llama", .ffn_act = PI_ACT_SILU_GLU, .powerinfer_act = PI_ACT_RELU_GLU, .read = read_llama },
     /* PowerInfer's Bamboo / TurboSparse (dReLU) */
@@ -116,6 +124,7 @@ const pi_arch PI_ARCHS[] = {
     /* PowerInfer's SmallThinker: ReGLU experts, routed from the layer's input */
     { .name = "smallthinker", .ffn_act = PI_ACT_RELU_GLU, .powerinfer_act = -1,
       .traits = ARCH_ROPE_NEOX | ARCH_MOE | ARCH_ROUTER_ON_INPUT, .read = read_smallthinker },
+    { .name = "smollm3", .ffn_act = PI_ACT_SILU_GLU, .powerinfer_act = -1, .read = read_smollm3 },
     { .name = "phi3", .ffn_act = PI_ACT_SILU_GLU, .powerinfer_act = -1,
       .traits = ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_FUSED_GATE_UP },
     /* as PowerInfer's llama.cpp runs OPT (ReLU): PowerInfer adds 2 to every position, as HF's

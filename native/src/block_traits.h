@@ -12,7 +12,7 @@
 #define PI_LAYER_TRAITS(X)                                                                            \
     X(int32_t, local)      /* sliding-window attention: sees only the last swa_window positions */  \
     X(int32_t, rope_local) /* rotates with the local rope base (gemma3's local layers) */            \
-    X(int32_t, no_rope)    /* q and k are not rotated (smallthinker's NoPE layers) */
+    X(int32_t, no_rope)    /* q and k are not rotated (smallthinker's and smollm3's NoPE layers) */
 
 /* Per model, X(type, name): the block's forms every layer shares. */
 #define PI_BLOCK_TRAITS(X)                                                                            \

@@ -536,7 +536,7 @@ static int bind_tensors(pi_model *m) {
             return rc;
         L->local = m->swa_window > 0 && is_local(m, il);
         L->rope_local = L->local && m->rope_base_local > 0.0f;
-        L->no_rope = m->no_rope_step > 0 && il % m->no_rope_step == 0;
+        L->no_rope = m->no_rope_step > 0 && il % m->no_rope_step == m->no_rope_phase;
 #undef NAME
     }
     if ((rc = check_predictors(m))) return rc;

@@ -82,7 +82,7 @@ struct pi_model {
     float embd_scale;       /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
     int32_t swa_period;     /* layers of one local/global cycle (0: every layer local), llama.cpp's swa pattern */
     int swa_dense_first;    /* the cycle's global layer is its first (il % period == 0), else its last */
-    int32_t no_rope_step;   /* layers il % no_rope_step == 0 skip the rope; 0: none do */
+    int32_t no_rope_step, no_rope_phase; /* layers il % no_rope_step == no_rope_phase skip the rope; step 0: none do */
     float rope_base_local;  /* rope base of the rope_local layers; 0 when none */
     int32_t n_expert, n_expert_used, n_ff_exp; /* MoE: experts per layer, routed per token, neurons each; 0 if dense */
     int moe_gating;         /* PI_GATING_*: the router's probabilities from its logits */
