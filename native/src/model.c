@@ -1,58 +1,23 @@
-/* model.c - read hyperparameters, bind and shape-check every tensor, expose metadata. */
+/* model.c - load a model: read its hyperparameters (the common ones here, its architecture's through
+ * arch.h's descriptor), bind and shape-check every tensor, group the dense weights' rows. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "kernels/kernels.h"
+#include "kernels/repack.h"
 #include "model.h"
-#include "placement.h"
 #include "status.h"
-
-/* What an architecture changes in the llama block (pi_model.traits). */
-enum {
-    ARCH_ROPE_NEOX = 1 << 0,     /* rotate pairs (i, i + n_rot/2) */
-    ARCH_FUSED_QKV = 1 << 1,     /* blk.N.attn_qkv: q rows, then k, then v (separate tensors when absent) */
-    ARCH_FUSED_GATE_UP = 1 << 2, /* blk.N.ffn_up holds 2 n_ff rows: gate, then up */
-    ARCH_UNGATED = 1 << 3,       /* FFN down(act(up(x))), no gate */
-    ARCH_LAYER_NORM = 1 << 4,    /* LayerNorm with bias, eps from attention.layer_norm_epsilon */
-    ARCH_NO_ROPE = 1 << 5,
-    ARCH_LEARNED_POS = 1 << 6,   /* position_embd.weight, read from row pos + position_offset (bind_positions) */
-    ARCH_PARALLEL = 1 << 7,      /* x += attn(norm2(x)) + ffn(norm(x)), norm2 = norm when absent */
-    ARCH_ENCODER = 1 << 8,       /* bidirectional, post-norms, normed input embeddings, no output (encoder.c) */
-    ARCH_QK_NORM = 1 << 9,       /* blk.N.attn_q_norm / attn_k_norm: RMSNorm of each head of q and k */
-    ARCH_MOE = 1 << 10,          /* the FFN is a router over experts (read_moe, bind_moe; ffn_moe.c) */
-    ARCH_ROUTER_ON_INPUT = 1 << 11, /* the router reads the layer's input, not the FFN's normed input */
-};
-
-/* Architectures we run, the FFN activation each implies, and its traits. */
-static const struct { const char *arch; int ffn_act; unsigned traits; } ARCHS[] = {
-    { "llama", PI_ACT_SILU_GLU, 0 },
-    { "bamboo", PI_ACT_RELU_RELU_GLU, 0 }, /* PowerInfer's Bamboo / TurboSparse (dReLU) */
-    { "gemma3", PI_ACT_GELU_GLU, ARCH_ROPE_NEOX | ARCH_QK_NORM },
-    { "qwen2", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX }, /* llama's block with q/k/v biases */
-    { "qwen3", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_QK_NORM },
-    { "qwen3moe", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_QK_NORM | ARCH_MOE },
-    /* PowerInfer's SmallThinker: ReGLU experts, routed from the layer's input */
-    { "smallthinker", PI_ACT_RELU_GLU, ARCH_ROPE_NEOX | ARCH_MOE | ARCH_ROUTER_ON_INPUT },
-    { "phi3", PI_ACT_SILU_GLU, ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_FUSED_GATE_UP },
-    /* as PowerInfer's llama.cpp runs OPT (ReLU) */
-    { "opt", PI_ACT_RELU, ARCH_UNGATED | ARCH_LAYER_NORM | ARCH_NO_ROPE | ARCH_LEARNED_POS },
-    { "falcon", PI_ACT_GELU, ARCH_ROPE_NEOX | ARCH_FUSED_QKV | ARCH_UNGATED | ARCH_LAYER_NORM | ARCH_PARALLEL },
-    /* embedding models; q/k/v separate or fused, as llama.cpp's create_tensor_qkv takes them */
-    { "bert", PI_ACT_GELU, ARCH_ENCODER | ARCH_LAYER_NORM | ARCH_UNGATED | ARCH_NO_ROPE | ARCH_LEARNED_POS | ARCH_FUSED_QKV },
-    { "nomic-bert", PI_ACT_SILU_GLU, ARCH_ENCODER | ARCH_LAYER_NORM | ARCH_ROPE_NEOX | ARCH_FUSED_QKV },
-};
 
 static const char *const ACT_NAMES[] = { "silu_glu", "relu_glu", "relu_relu_glu", "gelu_glu", "relu", "gelu" };
 
-/* The FFN activation: the architecture's, except that PowerInfer's own (PWRI) llama and falcon
- * files are ReLU models (ReluLLaMA/ProSparse, ReluFalcon), and powerinfer.activation, when
- * present, says it outright. */
+/* The FFN activation: the architecture's, except that PowerInfer's own (PWRI) files of llama and
+ * falcon are ReLU models (ReluLLaMA/ProSparse, ReluFalcon: pi_arch.powerinfer_act), and
+ * powerinfer.activation, when present, says it outright. */
 static int read_activation(pi_model *m) {
-    if (m->file.is_powerinfer && strcmp(m->arch, "llama") == 0) m->info.ffn_act = PI_ACT_RELU_GLU;
-    if (m->file.is_powerinfer && strcmp(m->arch, "falcon") == 0) m->info.ffn_act = PI_ACT_RELU;
+    if (m->file.is_powerinfer && m->desc->powerinfer_act >= 0) m->info.ffn_act = m->desc->powerinfer_act;
     gguf_str act = { NULL, 0 };
     int rc = gguf_get_str(&m->file, "powerinfer.activation", 0, &act);
     if (rc || !act.ptr) return rc;
@@ -70,15 +35,11 @@ PI_API pi_model_params pi_model_default_params(void) {
 }
 
 static int arch_key_u32(const pi_model *m, const char *suffix, int required, uint32_t *out) {
-    char key[96];
-    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
-    return gguf_get_u32(&m->file, key, required, out);
+    return pi_arch_key_u32(&m->file, m->arch, suffix, required, out);
 }
 
 static int arch_key_f32(const pi_model *m, const char *suffix, int required, float *out) {
-    char key[96];
-    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
-    return gguf_get_f32(&m->file, key, required, out);
+    return pi_arch_key_f32(&m->file, m->arch, suffix, required, out);
 }
 
 static int read_arch(pi_model *m) {
@@ -88,64 +49,18 @@ static int read_arch(pi_model *m) {
     if (arch.len >= sizeof m->arch) arch.len = sizeof m->arch - 1;
     memcpy(m->arch, arch.ptr, arch.len);
     m->arch[arch.len] = '\0';
-    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
-        if (strcmp(ARCHS[i].arch, m->arch) == 0) {
-            m->info.ffn_act = ARCHS[i].ffn_act;
-            m->traits = ARCHS[i].traits;
+    char names[512] = "";
+    for (int i = 0; i < PI_N_ARCHS; i++) {
+        if (strcmp(PI_ARCHS[i].name, m->arch) == 0) {
+            m->desc = &PI_ARCHS[i];
+            m->info.ffn_act = m->desc->ffn_act;
+            m->traits = m->desc->traits;
             return PI_OK;
         }
-    return pi_set_error(PI_ERR_UNSUPPORTED,
-                        "architecture '%s' is not supported (supported: llama, bamboo, gemma3, qwen2, qwen3, qwen3moe, smallthinker, phi3, opt, falcon, bert, "
-                        "nomic-bert)", m->arch);
-}
-
-/* Gemma 3 on the llama block: embeddings scaled by sqrt(n_embd), NeoX rope, per-head q/k norms
- * and post-norms (bound with the tensors), GELU GLU, and five local (sliding-window) layers to
- * one global, the local ones with their own rope base, as llama.cpp runs it. */
-static int read_gemma3(pi_model *m) {
-    uint32_t window = 512;
-    float local_base = 10000.0f;
-    int rc;
-    if ((rc = arch_key_u32(m, "attention.sliding_window", 0, &window)) ||
-        (rc = arch_key_f32(m, "rope.freq_base_swa", 0, &local_base)))
-        return rc;
-    if (window == 0 || !(local_base > 0.0f) || !isfinite(local_base))
-        return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible sliding window %u or local rope base %g", window, local_base);
-    m->embd_scale = sqrtf((float)m->info.n_embd);
-    m->swa_window = (int32_t)window;
-    m->swa_period = 6; /* every sixth layer global */
-    m->rope_base_local = local_base;
-    return PI_OK;
-}
-
-/* SmallThinker, as llama.cpp reads it: expert_gating_func (required: 1 softmax, 2 sigmoid), and
- * with attention.sliding_window > 0 sliding-window layers (il % sliding_window_pattern != 0,
- * pattern 4 when absent) with their optional rope.freq_base_swa, and the NoPE layers il % 4 == 0
- * (llama.cpp's n_no_rope_layer_step). llama.cpp does not read expert_weights_scale for it
- * (measured: a file with 2.5 gives its logits to the bit), so neither do we. */
-static int read_smallthinker(pi_model *m) {
-    uint32_t gating = 0, window = 0, period = 4;
-    float base_swa = 0.0f;
-    int rc;
-    if ((rc = arch_key_u32(m, "expert_gating_func", 1, &gating)) ||
-        (rc = arch_key_u32(m, "attention.sliding_window", 0, &window)) ||
-        (rc = arch_key_u32(m, "attention.sliding_window_pattern", 0, &period)) ||
-        (rc = arch_key_f32(m, "rope.freq_base_swa", 0, &base_swa)))
-        return rc;
-    if (gating != PI_GATING_SOFTMAX && gating != PI_GATING_SIGMOID)
-        return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_gating_func %u is not 1 (softmax) or 2 (sigmoid)", m->arch,
-                            gating);
-    if (window > 0 && base_swa != 0.0f && !(base_swa > 0.0f && isfinite(base_swa)))
-        return pi_set_error(PI_ERR_FORMAT, "GGUF: implausible %s.rope.freq_base_swa %g", m->arch, base_swa);
-    m->moe_gating = (int)gating;
-    if (window == 0) return PI_OK; /* no window: every layer global and rotated */
-    /* llama.cpp runs a 4096-position window whatever the file says (its SmallThinker loader) */
-    m->swa_window = 4096;
-    m->swa_period = (int32_t)(period > INT32_MAX ? INT32_MAX : period);
-    m->swa_dense_first = 1;
-    m->no_rope_step = 4;
-    if (base_swa > 0.0f) m->rope_base_local = base_swa;
-    return PI_OK;
+        const size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", PI_ARCHS[i].name);
+    }
+    return pi_set_error(PI_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)", m->arch, names);
 }
 
 /* attn_logit_softcapping and final_logit_softcapping: optional, finite and >= 0 (0: none) */
@@ -159,59 +74,26 @@ static int read_softcaps(pi_model *m) {
     return PI_OK;
 }
 
-/* An MoE FFN's experts (qwen3moe): expert_count, expert_used_count routed per token, and
- * expert_feed_forward_length neurons each (absent: feed_forward_length / expert_used_count, as
- * llama.cpp reads it). */
-static int read_moe(pi_model *m) {
-    uint32_t n_expert = 0, n_used = 0, n_ff_exp = 0;
-    int rc;
-    if ((rc = arch_key_u32(m, "expert_count", 1, &n_expert)) || (rc = arch_key_u32(m, "expert_used_count", 1, &n_used)) ||
-        (rc = arch_key_u32(m, "expert_feed_forward_length", 0, &n_ff_exp)))
-        return rc;
-    if (n_expert == 0 || n_expert > 1024)
-        return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_count %u is outside 1..1024", m->arch, n_expert);
-    if (n_used == 0 || n_used > n_expert)
-        return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_used_count %u is outside 1..expert_count (%u)", m->arch,
-                            n_used, n_expert);
-    if (n_ff_exp == 0) n_ff_exp = (uint32_t)m->info.n_ff / n_used;
-    if (n_ff_exp == 0 || n_ff_exp > (1u << 20))
-        return pi_set_error(PI_ERR_FORMAT, "GGUF: %s.expert_feed_forward_length %u is outside 1..%u", m->arch, n_ff_exp,
-                            1u << 20);
-    /* pi_model's copies are what the runtime reads; info's what pi_model_get_info reports */
-    m->info.n_expert = m->n_expert = (int32_t)n_expert;
-    m->info.n_expert_used = m->n_expert_used = (int32_t)n_used;
-    m->info.n_ff_exp = m->n_ff_exp = (int32_t)n_ff_exp;
-    m->moe_gating = PI_GATING_SOFTMAX;
-    m->router_on_input = (m->traits & ARCH_ROUTER_ON_INPUT) != 0;
-    return PI_OK;
-}
-
+/* the block's forms from the architecture's traits, the keys any architecture may have, then the
+ * architecture's own (pi_arch.read) */
 static int read_traits(pi_model *m) {
     m->embd_scale = 1.0f;
     m->rope_neox = (m->traits & ARCH_ROPE_NEOX) != 0;
     m->layer_norm = (m->traits & ARCH_LAYER_NORM) != 0;
     m->parallel = (m->traits & ARCH_PARALLEL) != 0;
     m->encoder = (m->traits & ARCH_ENCODER) != 0;
+    m->router_on_input = (m->traits & ARCH_ROUTER_ON_INPUT) != 0;
     m->info.causal = !m->encoder;
     if (m->traits & ARCH_NO_ROPE) m->info.n_rot = 0;
     int rc = read_softcaps(m);
-    if (!rc && (m->traits & ARCH_MOE)) rc = read_moe(m);
-    if (rc) return rc;
-    if (strcmp(m->arch, "gemma3") == 0) return read_gemma3(m);
-    if (strcmp(m->arch, "smallthinker") == 0) return read_smallthinker(m);
-    /* Mistral-style llama: every layer sees the last `window` positions, with the global rope;
-     * 0, like an absent key, means no window (llama.cpp's n_swa) */
-    uint32_t window = 0;
-    rc = strcmp(m->arch, "llama") == 0 ? arch_key_u32(m, "attention.sliding_window", 0, &window) : PI_OK;
-    if (window > INT32_MAX) window = INT32_MAX; /* wider than any context: no window in effect */
-    m->swa_window = (int32_t)window;
+    if (!rc && m->desc->read) rc = m->desc->read(m);
     return rc;
 }
 
 static int read_hparams(pi_model *m) {
     pi_model_info *h = &m->info;
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv = 0, n_ctx = 2048, key_len = 0, value_len = 0, n_rot = 0;
-    float eps = 1e-5f, base = 10000.0f, factor = 0.0f; /* 1e-5: OPT's, which PowerInfer's files omit */
+    float eps = m->desc->norm_eps > 0.0f ? m->desc->norm_eps : 1e-5f, base = 10000.0f, factor = 0.0f;
     int rc;
     if ((rc = arch_key_u32(m, "block_count", 1, &n_layer)) || (rc = arch_key_u32(m, "embedding_length", 1, &n_embd)) ||
         (rc = arch_key_u32(m, "feed_forward_length", 1, &n_ff)) ||
@@ -223,7 +105,7 @@ static int read_hparams(pi_model *m) {
         (rc = arch_key_u32(m, "rope.dimension_count", 0, &n_rot)) ||
         (rc = arch_key_f32(m, (m->traits & ARCH_LAYER_NORM) ? "attention.layer_norm_epsilon"
                                                             : "attention.layer_norm_rms_epsilon",
-                           strcmp(m->arch, "opt") != 0, &eps)) ||
+                           m->desc->norm_eps == 0.0f, &eps)) ||
         (rc = arch_key_f32(m, "rope.freq_base", 0, &base)) || (rc = arch_key_f32(m, "rope.scaling.factor", 0, &factor)))
         return rc;
     if (n_head_kv == 0) n_head_kv = n_head;
@@ -508,13 +390,13 @@ static int bind_norm(pi_model *m, float **w, float **b, float **cursor, const ch
     return bind_vector(m, b, cursor, name, n, m->layer_norm);
 }
 
-/* The attention's and the FFN's input norms. Falcon: attn_norm feeds the FFN, and the attention
- * too unless attn_norm_2 (falcon-40b's ln_attn) is present, as llama.cpp's graph reads them. */
+/* The attention's and the FFN's input norms, named as the descriptor says (pi_arch.attn_norm,
+ * ffn_norm). A parallel block's attention norm is optional: absent, the FFN's feeds both. */
 static int bind_block_norms(pi_model *m, pi_layer *L, int il, float **cursor) {
     const int64_t d = m->info.n_embd;
     char attn[48], ffn[48];
-    snprintf(attn, sizeof attn, "blk.%d.%s", il, m->encoder ? "attn_output_norm" : m->parallel ? "attn_norm_2" : "attn_norm");
-    snprintf(ffn, sizeof ffn, "blk.%d.%s", il, m->encoder ? "layer_output_norm" : m->parallel ? "attn_norm" : "ffn_norm");
+    snprintf(attn, sizeof attn, "blk.%d.%s", il, m->desc->attn_norm ? m->desc->attn_norm : "attn_norm");
+    snprintf(ffn, sizeof ffn, "blk.%d.%s", il, m->desc->ffn_norm ? m->desc->ffn_norm : "ffn_norm");
     int rc;
     if ((rc = bind_norm(m, &L->attn_norm, &L->attn_norm_b, cursor, attn, d, !m->parallel)) ||
         (rc = bind_norm(m, &L->ffn_norm, &L->ffn_norm_b, cursor, ffn, d, 1)))
@@ -526,12 +408,12 @@ static int bind_block_norms(pi_model *m, pi_layer *L, int il, float **cursor) {
     return PI_OK;
 }
 
-/* Learned positions: one row per position, from row position_offset on (OPT: PowerInfer adds 2
- * to every position, as HF's OPTLearnedPositionalEmbedding; bert: 0); the rows bound the context. */
+/* Learned positions: one row per position, from row pi_arch.position_offset on; the rows bound
+ * the context. */
 static int bind_positions(pi_model *m) {
     const gguf_tensor *t = gguf_find_tensor(&m->file, "position_embd.weight");
     if (!t) return pi_set_error(PI_ERR_FORMAT, "GGUF: required tensor 'position_embd.weight' is missing");
-    m->position_offset = m->encoder ? 0 : 2;
+    m->position_offset = m->desc->position_offset;
     if (t->ne[1] <= m->position_offset || t->ne[1] > (1 << 24))
         return pi_set_error(PI_ERR_FORMAT, "tensor 'position_embd.weight' has %lld positions", (long long)t->ne[1]);
     int rc = bind_weight(m, &m->position_embd, "position_embd.weight", m->info.n_embd, t->ne[1], 1);
@@ -579,41 +461,14 @@ static int refuse_long_rope(const pi_model *m) {
     return PI_OK;
 }
 
-typedef struct {
-    float freq;
-    int32_t id;
-} ranked;
-
-static int by_freq_desc(const void *a, const void *b) {
-    const ranked *x = a, *y = b;
-    if (x->freq != y->freq) return x->freq > y->freq ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
-}
-
-/* Every layer's order: neurons by descending ffn_freq (ties: lower id first), the identity for a
- * layer without a profile. A non-finite frequency is a format error. */
-static int order_neurons(pi_model *m) {
-    const int n_ff = m->info.n_ff, n_layer = m->info.n_layer;
-    m->orders = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
-    ranked *tmp = malloc((size_t)n_ff * sizeof *tmp);
-    if (!m->orders || !tmp) {
-        free(tmp);
-        return pi_set_error(PI_ERR_NOMEM, "no memory for the neuron order");
+/* Every profiled frequency is finite (placement.c orders the neurons by them). */
+static int check_freqs(const pi_model *m) {
+    for (int il = 0; il < m->info.n_layer; il++) {
+        const float *f = m->layers[il].ffn_freq;
+        for (int i = 0; f && i < m->info.n_ff; i++)
+            if (!isfinite(f[i])) return pi_set_error(PI_ERR_FORMAT, "blk.%d.ffn_freq[%d] is not finite", il, i);
     }
-    int rc = PI_OK;
-    for (int il = 0; il < n_layer && !rc; il++) {
-        pi_layer *L = &m->layers[il];
-        L->order = m->orders + (size_t)il * n_ff;
-        for (int i = 0; i < n_ff; i++) {
-            const float f = L->ffn_freq ? L->ffn_freq[i] : 0.0f;
-            if (!isfinite(f)) rc = pi_set_error(PI_ERR_FORMAT, "blk.%d.ffn_freq[%d] is not finite", il, i);
-            tmp[i] = (ranked){ f, i };
-        }
-        if (L->ffn_freq && !rc) qsort(tmp, (size_t)n_ff, sizeof *tmp, by_freq_desc);
-        for (int i = 0; i < n_ff; i++) L->order[i] = tmp[i].id;
-    }
-    free(tmp);
-    return rc;
+    return PI_OK;
 }
 
 /* whether layer il is a sliding-window layer of the cycle (llama.cpp's set_swa_pattern) */
@@ -646,7 +501,7 @@ static int bind_tensors(pi_model *m) {
     m->layers = calloc((size_t)h->n_layer, sizeof *m->layers);
     if (!m->vectors || !m->layers) return pi_set_error(PI_ERR_NOMEM, "no memory for %d layers", h->n_layer);
     float *cur = m->vectors;
-    const int gemma = strcmp(m->arch, "gemma3") == 0, qk_norm = (m->traits & ARCH_QK_NORM) != 0;
+    const int post_norms = (m->traits & ARCH_POST_NORMS) != 0, qk_norm = (m->traits & ARCH_QK_NORM) != 0;
     if ((rc = bind_norm(m, &m->output_norm, &m->output_norm_b, &cur, "output_norm", d, !m->encoder)) ||
         (m->encoder && (rc = bind_encoder_input(m, &cur))) ||
         (rc = bind_vector(m, &m->output_b, &cur, "output.bias", h->n_vocab, 0)) ||
@@ -676,18 +531,17 @@ static int bind_tensors(pi_model *m) {
             (rc = bind_down_bias(m, L, il, &cur)) ||
             (rc = bind_vector(m, &L->attn_q_norm, &cur, NAME("attn_q_norm.weight"), m->head_dim, qk_norm)) ||
             (rc = bind_vector(m, &L->attn_k_norm, &cur, NAME("attn_k_norm.weight"), m->head_dim, qk_norm)) ||
-            (rc = bind_vector(m, &L->post_attn_norm, &cur, NAME("post_attention_norm.weight"), d, gemma)) ||
-            (rc = bind_vector(m, &L->post_ffn_norm, &cur, NAME("post_ffw_norm.weight"), d, gemma)))
+            (rc = bind_vector(m, &L->post_attn_norm, &cur, NAME("post_attention_norm.weight"), d, post_norms)) ||
+            (rc = bind_vector(m, &L->post_ffn_norm, &cur, NAME("post_ffw_norm.weight"), d, post_norms)))
             return rc;
         L->local = m->swa_window > 0 && is_local(m, il);
         L->rope_local = L->local && m->rope_base_local > 0.0f;
-        /* llama.cpp: a step of n_layer (here 0) rotates every layer */
-        L->no_rope = m->no_rope_step > 0 && m->no_rope_step != h->n_layer && il % m->no_rope_step == 0;
+        L->no_rope = m->no_rope_step > 0 && il % m->no_rope_step == m->no_rope_phase;
 #undef NAME
     }
     if ((rc = check_predictors(m))) return rc;
     if ((rc = read_thresholds(m))) return rc;
-    return order_neurons(m);
+    return check_freqs(m);
 }
 
 /* GLU activations multiply by up, so they need a gate; the plain ones need its absence */
@@ -696,11 +550,6 @@ static int check_activation(const pi_model *m) {
     if (glu == gated) return PI_OK;
     return pi_set_error(PI_ERR_UNSUPPORTED, "FFN activation '%s' does not fit arch '%s', whose FFN has %s gate",
                         ACT_NAMES[m->info.ffn_act], m->arch, gated ? "a" : "no");
-}
-
-/* A weight only the dense matmuls read, in a type with the grouped layout, in whole groups. */
-static int groupable(const pi_weight *w) {
-    return w->data && pi_groups_hold(w->type) && w->n_out % PI_GROUP_ROWS == 0;
 }
 
 enum { LAYER_DENSE = 10 };
@@ -720,33 +569,29 @@ static pi_weight *dense_only(pi_model *m, int i) {
     return ws[i % LAYER_DENSE];
 }
 
-/* Those weights go into row groups, in place: the mapping is private, so a written page becomes
- * the process's own copy and the file is untouched, and resident memory stays one copy of each
- * weight. */
+/* Those weights, where their type has the grouped layout (kernels/repack.h), go into row groups,
+ * in place: the mapping is private, so a written page becomes the process's own copy and the
+ * file is untouched, and resident memory stays one copy of each weight. */
 static int group_weights(pi_model *m) {
     const int n = m->info.n_layer * LAYER_DENSE + 1;
-    size_t scratch_bytes = 0;
-    for (int i = 0; i < n; i++) {
-        const pi_weight *w = dense_only(m, i);
-        if (w && groupable(w) && w->row_bytes * PI_GROUP_ROWS > scratch_bytes) scratch_bytes = w->row_bytes * PI_GROUP_ROWS;
-    }
-    if (scratch_bytes == 0) return PI_OK;
-    uint8_t *scratch = malloc(scratch_bytes);
-    if (!scratch) return pi_set_error(PI_ERR_NOMEM, "no memory to group the weights' rows");
-    if (gguf_make_writable(&m->file) != 0) {
-        free(scratch);
-        return pi_set_error(PI_ERR_IO, "cannot make the model's private mapping writable to group its rows");
-    }
-    for (int i = 0; i < n; i++) {
+    pi_weight **ws = malloc((size_t)n * sizeof *ws);
+    pi_repack_item *items = malloc((size_t)n * sizeof *items);
+    int rc = !ws || !items ? pi_set_error(PI_ERR_NOMEM, "no memory to group the weights' rows") : PI_OK, n_items = 0;
+    for (int i = 0; !rc && i < n; i++) {
         pi_weight *w = dense_only(m, i);
-        if (!w || !groupable(w)) continue;
-        pi_group_rows(w->type, (uint8_t *)w->data, w->row_bytes, w->n_out * w->n_expert, scratch);
-        w->grouped = 1;
-        m->grouped_weights++;
+        if (!w || !w->data || !pi_repack_fits(w->type, w->n_out)) continue;
+        ws[n_items] = w;
+        items[n_items++] = (pi_repack_item){ w->type, (uint8_t *)w->data, w->row_bytes, w->n_out * w->n_expert };
     }
-    free(scratch);
+    if (!rc && n_items && gguf_make_writable(&m->file) != 0)
+        rc = pi_set_error(PI_ERR_IO, "cannot make the model's private mapping writable to group its rows");
+    if (!rc && n_items) rc = pi_repack_group(items, n_items);
+    for (int i = 0; !rc && i < n_items; i++) ws[i]->grouped = 1;
+    if (!rc) m->grouped_weights += n_items;
+    free(ws);
+    free(items);
     if (m->info.tied_output) m->output.grouped = m->token_embd.grouped;
-    return PI_OK;
+    return rc;
 }
 
 /* Whether ReGLU experts skip their dead neurons' rows: the caller's choice (0 or 1), else the
@@ -801,143 +646,6 @@ PI_API void pi_model_free(pi_model *m) {
     gguf_close(&m->file);
     free(m->layers);
     free(m->vectors);
-    free(m->orders);
     free(m->description);
     free(m);
-}
-
-PI_API int pi_model_get_info(const pi_model *m, pi_model_info *out) {
-    if (!m || !out) return pi_set_error(PI_ERR_ARG, "pi_model_get_info: NULL argument");
-    if (m->vocab_only) return pi_set_error(PI_ERR_ARG, "model was loaded with vocab_only: it has no weights");
-    *out = m->info;
-    return PI_OK;
-}
-
-/* ---- metadata ---- */
-
-PI_API int64_t pi_model_meta_count(const pi_model *m) { return m ? m->file.n_kv : 0; }
-
-static void read_scalar(uint32_t type, const uint8_t *p, pi_meta *o) {
-    switch (type) {
-    case PI_META_UINT8: o->u = p[0]; o->i = p[0]; break;
-    case PI_META_INT8: o->i = (int8_t)p[0]; break;
-    case PI_META_BOOL: o->i = p[0] != 0; o->u = (uint64_t)o->i; break;
-    case PI_META_UINT16: { uint16_t x; memcpy(&x, p, 2); o->u = x; o->i = x; break; }
-    case PI_META_INT16: { int16_t x; memcpy(&x, p, 2); o->i = x; break; }
-    case PI_META_UINT32: { uint32_t x; memcpy(&x, p, 4); o->u = x; o->i = x; break; }
-    case PI_META_INT32: { int32_t x; memcpy(&x, p, 4); o->i = x; break; }
-    case PI_META_UINT64: memcpy(&o->u, p, 8); o->i = (int64_t)o->u; break;
-    case PI_META_INT64: memcpy(&o->i, p, 8); break;
-    case PI_META_FLOAT32: { float x; memcpy(&x, p, 4); o->f = x; break; }
-    case PI_META_FLOAT64: memcpy(&o->f, p, 8); break;
-    default: break;
-    }
-    if (type != PI_META_UINT64 && o->i >= 0 && type != PI_META_FLOAT32 && type != PI_META_FLOAT64) o->u = (uint64_t)o->i;
-}
-
-PI_API int pi_model_meta_get(const pi_model *m, int64_t index, pi_meta *o) {
-    if (!m || !o) return pi_set_error(PI_ERR_ARG, "pi_model_meta_get: NULL argument");
-    if (index < 0 || index >= m->file.n_kv)
-        return pi_set_error(PI_ERR_ARG, "metadata index %lld out of range (%lld keys)", (long long)index,
-                            (long long)m->file.n_kv);
-    const gguf_kv *kv = &m->file.kv[index];
-    memset(o, 0, sizeof *o);
-    o->key = kv->key.ptr;
-    o->key_len = kv->key.len;
-    o->type = (int32_t)kv->type;
-    if (kv->type == PI_META_STRING) {
-        o->str = (const char *)kv->value;
-        o->str_len = kv->str_len;
-    } else if (kv->type == PI_META_ARRAY) {
-        o->arr_type = (int32_t)kv->arr_type;
-        o->arr_len = kv->arr_len;
-        o->arr_data = kv->arr_type == PI_META_STRING ? NULL : kv->value;
-    } else {
-        read_scalar(kv->type, kv->value, o);
-    }
-    return PI_OK;
-}
-
-PI_API int pi_model_meta_array_str(const pi_model *m, int64_t index, uint64_t j, const char **str, uint64_t *len) {
-    if (!m || !str || !len) return pi_set_error(PI_ERR_ARG, "pi_model_meta_array_str: NULL argument");
-    if (index < 0 || index >= m->file.n_kv) return pi_set_error(PI_ERR_ARG, "metadata index %lld out of range", (long long)index);
-    const gguf_kv *kv = &m->file.kv[index];
-    if (kv->type != PI_META_ARRAY || kv->arr_type != PI_META_STRING)
-        return pi_set_error(PI_ERR_ARG, "metadata key %lld is not a string array", (long long)index);
-    if (j >= kv->arr_len)
-        return pi_set_error(PI_ERR_ARG, "element %llu past the array's %llu", (unsigned long long)j,
-                            (unsigned long long)kv->arr_len);
-    gguf_str s = gguf_array_str(&m->file, kv, j);
-    *str = s.ptr;
-    *len = s.len;
-    return PI_OK;
-}
-
-/* ---- describe: the whole model as text, one line per tensor ---- */
-
-static int append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
-    for (;;) {
-        va_list args;
-        va_start(args, fmt);
-        int n = vsnprintf(*buf + *len, *cap - *len, fmt, args);
-        va_end(args);
-        if (n < 0) return -1;
-        if ((size_t)n < *cap - *len) {
-            *len += (size_t)n;
-            return 0;
-        }
-        char *grown = realloc(*buf, *cap * 2 + (size_t)n);
-        if (!grown) return -1;
-        *buf = grown;
-        *cap = *cap * 2 + (size_t)n;
-    }
-}
-
-static int describe_weight(char **b, size_t *len, size_t *cap, const pi_weight *w) {
-    if (!w->data) return 0;
-    char experts[32] = "";
-    if (w->n_expert > 1) snprintf(experts, sizeof experts, " x %lld experts", (long long)w->n_expert);
-    return append(b, len, cap, "  %-28s %-5s [%lld x %lld%s]  %.2f MB%s\n", w->name, pi_type_name(w->type),
-                  (long long)w->n_in, (long long)w->n_out, experts,
-                  (double)w->row_bytes * (double)w->n_out * (double)w->n_expert / 1e6,
-                  w->grouped ? "  rows in groups of 16" : "");
-}
-
-PI_API const char *pi_model_describe(const pi_model *cm) {
-    pi_model *m = (pi_model *)cm;
-    if (!m || m->vocab_only) return "";
-    if (m->description) return m->description;
-    size_t len = 0, cap = 4096;
-    char *b = malloc(cap);
-    if (!b) return "";
-    b[0] = '\0';
-    const pi_model_info *h = &m->info;
-    int bad = append(&b, &len, &cap,
-                     "arch %s: %d layers, n_embd %d, n_ff %d, heads %d/%d (dim %d), vocab %d, ctx %d, rope base %g\n",
-                     m->arch, h->n_layer, h->n_embd, h->n_ff, h->n_head, h->n_head_kv, m->head_dim, h->n_vocab,
-                     h->n_ctx_train, h->rope_freq_base);
-    if (m->n_expert)
-        bad |= append(&b, &len, &cap, "  experts: %d per layer of %d neurons, %d routed per token\n", m->n_expert,
-                      m->n_ff_exp, m->n_expert_used);
-    bad |= describe_weight(&b, &len, &cap, &m->token_embd);
-    bad |= describe_weight(&b, &len, &cap, &m->position_embd);
-    for (int il = 0; il < h->n_layer && !bad; il++) {
-        const pi_layer *L = &m->layers[il];
-        if (L->fc1.data) bad |= append(&b, &len, &cap, "  blk.%d: predictor rank %lld, threshold %g\n", il,
-                                       (long long)L->fc1.n_out, L->threshold);
-        const pi_weight *ws[] = { &L->attn_q, &L->attn_k, &L->attn_v, &L->attn_output, &L->ffn_gate, &L->ffn_up,
-                                  &L->ffn_down, &L->ffn_gate_inp, &L->ffn_gate_exps, &L->ffn_up_exps,
-                                  &L->ffn_down_exps, &L->ffn_down_t, &L->fc1, &L->fc2 };
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !bad; i++) bad |= describe_weight(&b, &len, &cap, ws[i]);
-    }
-    if (!h->tied_output) bad |= describe_weight(&b, &len, &cap, &m->output);
-    else bad |= append(&b, &len, &cap, "  output tied to token_embd.weight\n");
-    if (bad) {
-        free(b);
-        return "";
-    }
-    m->description = b;
-    return b;
 }

@@ -1,8 +1,17 @@
 /* model.h - the model's weights as views into the mapped GGUF, named after the GGUF tensors. */
 #ifndef PI_MODEL_H
 #define PI_MODEL_H
+#include "block_traits.h"
 #include "gguf.h"
 #include "powerinfer.h"
+
+/* Neurons are visited in runs of this many positions of a layer's layout, the sparse FFN's unit
+ * of work and the placement's (placement.h); a layer's hot part is a whole number of runs, so the
+ * runs, and the order their partial sums are added in, are the same however the layer is split
+ * between the device and the CPU. An expert's runs are this many contiguous neurons in the file's
+ * order (run j: [128 j, min(128 (j + 1), n_ff_exp)), the last one maybe shorter), the shape of
+ * its profile (blk.N.ffn_exp_run_freq); its rows are not re-laid out. */
+enum { PI_FFN_RUN = 128 };
 
 /* A matrix of n_out rows of n_in weights (GGUF ne = {n_in, n_out}), one output per row; or
  * n_expert such matrices one after another (ne = {n_in, n_out, n_expert}: an MoE layer's experts). */
@@ -33,9 +42,7 @@ typedef struct {
     pi_weight ffn_gate_exps, ffn_up_exps;               /* n_expert x (n_embd -> n_ff_exp) */
     pi_weight ffn_down_exps;                            /* n_expert x (n_ff_exp -> n_embd) */
     float *post_attn_norm, *post_ffn_norm; /* [n_embd] RMSNorm of the attention / FFN output before the residual */
-    int local;              /* sliding-window attention: sees only the last swa_window positions */
-    int rope_local;         /* rotates with the local rope base (gemma3's local layers) */
-    int no_rope;            /* q and k are not rotated (smallthinker's NoPE layers) */
+    PI_LAYER_TRAITS(PI_TRAIT_FIELD) /* local, rope_local, no_rope (block_traits.h) */
 
     /* activation sparsity, from files written by convert/add_profile.py or PowerInfer */
     pi_weight fc1;          /* predictor, n_embd -> rank */
@@ -43,7 +50,6 @@ typedef struct {
     pi_weight ffn_down_t;   /* n_ff rows of n_embd: neuron i's down weights as row i */
     float *ffn_freq;        /* [n_ff] profiled activation frequency, or NULL */
     float threshold;        /* a neuron runs when its predictor logit >= threshold */
-    int32_t *order;         /* [n_ff] the neuron at each position, most frequent first (ffn_freq) */
     /* an MoE layer's profile, or NULL: the share of tokens routed to each expert [n_expert], and
      * the share of tokens reading each run's up and down rows [n_expert][expert runs] (routed,
      * times the run's live share for ReLU-gated experts) */
@@ -56,6 +62,7 @@ enum { PI_GATING_SOFTMAX = 1, PI_GATING_SIGMOID = 2 };
 struct pi_model {
     gguf_file file;
     char arch[32];
+    const struct pi_arch *desc; /* the architecture's descriptor (arch.h) */
     pi_model_info info;
     int32_t head_dim;
     int vocab_only;
@@ -70,31 +77,31 @@ struct pi_model {
     float *output_b;        /* [n_vocab] optional bias of the logits */
     float *rope_freqs;      /* optional per-pair divisors of theta (llama 3.1 scaling), [n_rot/2] */
     /* what an architecture changes in the llama block */
-    unsigned traits;        /* ARCH_* of model.c */
+    unsigned traits;        /* ARCH_* of arch.h */
+    PI_BLOCK_TRAITS(PI_TRAIT_FIELD) /* rope_neox, swa_window, layer_norm, parallel, attn_softcap (block_traits.h) */
     float embd_scale;       /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
-    int rope_neox;          /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
-    int layer_norm;         /* LayerNorm (mean and variance, weight and bias) instead of RMSNorm */
-    int parallel;           /* attention and FFN both read the layer's input and add to it (falcon) */
-    int32_t swa_window;     /* local layers attend to the last swa_window positions */
     int32_t swa_period;     /* layers of one local/global cycle (0: every layer local), llama.cpp's swa pattern */
     int swa_dense_first;    /* the cycle's global layer is its first (il % period == 0), else its last */
-    int32_t no_rope_step;   /* layers il % no_rope_step == 0 skip the rope; 0: none do */
+    int32_t no_rope_step, no_rope_phase; /* layers il % no_rope_step == no_rope_phase skip the rope; step 0: none do */
     float rope_base_local;  /* rope base of the rope_local layers; 0 when none */
     int32_t n_expert, n_expert_used, n_ff_exp; /* MoE: experts per layer, routed per token, neurons each; 0 if dense */
     int moe_gating;         /* PI_GATING_*: the router's probabilities from its logits */
     int router_on_input;    /* the router reads the layer's input, before attention (smallthinker) */
     int moe_skip_rows;      /* ReGLU experts: a neuron whose gate is <= 0 adds exactly 0, so its up and down are skipped
                              * (where the file or the caller chose it, model.c: choose_moe_skip) */
-    float attn_softcap, final_softcap; /* cap * tanh(z / cap) of the attention scores and of the
-                                        * logits, where the metadata asks (Gemma 2's keys); 0: none */
+    float final_softcap;    /* cap * tanh(z / cap) of the logits, where the metadata asks (Gemma 2's key); 0: none */
     pi_layer *layers;       /* [n_layer] */
     int has_predictors;     /* every layer has fc1, fc2 and ffn_down_t */
     int grouped_weights;    /* how many weights the loader grouped (pi_model_params.repack) */
     int kquant_weights;     /* some weight is a K-quant: activations are made in Q8_K too */
     int32_t max_rank;       /* largest predictor rank over the layers */
     float *vectors;         /* one allocation holding every norm and bias above, as f32 */
-    int32_t *orders;        /* one allocation holding every layer's order */
     char *description;      /* built on demand by pi_model_describe */
 };
+
+/* Runs per expert: ceil(n_ff_exp / PI_FFN_RUN); 0 without experts. */
+static inline int pi_model_expert_runs(const pi_model *m) {
+    return m->n_expert ? (m->n_ff_exp + PI_FFN_RUN - 1) / PI_FFN_RUN : 0;
+}
 
 #endif

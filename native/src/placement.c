@@ -4,10 +4,37 @@
 #include <string.h>
 
 #include "placement.h"
+#include "placement_chains.h"
 #include "status.h"
 #include "token_bytes.h"
 
-int pi_model_expert_runs(const pi_model *m) { return m->n_expert ? (m->n_ff_exp + PI_FFN_RUN - 1) / PI_FFN_RUN : 0; }
+typedef struct {
+    float freq;
+    int32_t id;
+} ranked;
+
+static int by_freq_desc(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->freq != y->freq) return x->freq > y->freq ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* the loader checked that every frequency is finite (model.c) */
+int pi_neuron_order(const pi_model *m, int il, int32_t *order) {
+    const pi_layer *L = &m->layers[il];
+    const int n_ff = m->info.n_ff;
+    if (!L->ffn_freq) {
+        for (int i = 0; i < n_ff; i++) order[i] = i;
+        return PI_OK;
+    }
+    ranked *tmp = malloc((size_t)n_ff * sizeof *tmp);
+    if (!tmp) return pi_set_error(PI_ERR_NOMEM, "no memory for the neuron order");
+    for (int i = 0; i < n_ff; i++) tmp[i] = (ranked){ L->ffn_freq[i], i };
+    qsort(tmp, (size_t)n_ff, sizeof *tmp, by_freq_desc);
+    for (int i = 0; i < n_ff; i++) order[i] = tmp[i].id;
+    free(tmp);
+    return PI_OK;
+}
 
 /* what every token reads in a layer besides the FFN that the device can hold: attention, the
  * router and the predictor; a parallel block's attention (falcon) stays on the CPU, its step
@@ -71,23 +98,26 @@ typedef struct {
     item_of *of;
     chain_of *chains;
     expert_run *scratch;
+    int32_t *order; /* [n_ff] a dense layer's neuron order */
     int n_chain;
 } candidates;
 
-static void add_dense(const pi_model *m, int il, candidates *c) {
+static int add_dense(const pi_model *m, int il, candidates *c) {
     const pi_layer *L = &m->layers[il];
     const int n_ff = m->info.n_ff;
     const uint64_t bytes = pi_neuron_bytes(L);
+    if (pi_neuron_order(m, il, c->order)) return -1;
     int32_t at = c->first[c->n_chain];
     for (int p0 = 0; p0 < n_ff; p0 += PI_FFN_RUN) {
         const int n = n_ff - p0 < PI_FFN_RUN ? n_ff - p0 : PI_FFN_RUN;
         double freq = 0.0;
-        for (int p = p0; p < p0 + n; p++) freq += L->ffn_freq[L->order[p]];
+        for (int p = p0; p < p0 + n; p++) freq += L->ffn_freq[c->order[p]];
         c->items[at] = (pi_plan_item){ bytes * (uint64_t)n, freq * (double)bytes };
         c->of[at++] = (item_of){ p0 / PI_FFN_RUN, n };
     }
     c->chains[c->n_chain++] = (chain_of){ il, -1 };
     c->first[c->n_chain] = at;
+    return 0;
 }
 
 /* an expert's runs, most read per byte first (for SwiGLU experts every run alike: file order) */
@@ -182,18 +212,20 @@ void pi_plan_placement(const pi_model *m, uint64_t budget, pi_layer_placement *p
     if (n_item >= INT32_MAX) return;
     candidates c = { malloc((n_chain + 1) * sizeof *c.first), malloc((n_item + 1) * sizeof *c.items),
                      malloc((n_item + 1) * sizeof *c.of), malloc((n_chain + 1) * sizeof *c.chains),
-                     malloc((size_t)(runs + 1) * sizeof *c.scratch), 0 };
+                     malloc((size_t)(runs + 1) * sizeof *c.scratch),
+                     malloc((size_t)(m->info.n_ff > 0 ? m->info.n_ff : 1) * sizeof *c.order), 0 };
     int32_t *taken = malloc((n_chain + 1) * sizeof *taken);
     double *totals_by_layer = calloc(2 * (size_t)(n_layer > 0 ? n_layer : 1), sizeof(double));
-    if (c.first && c.items && c.of && c.chains && c.scratch && taken && totals_by_layer) {
+    int failed = !(c.first && c.items && c.of && c.chains && c.scratch && c.order && taken && totals_by_layer);
+    if (!failed) {
         c.first[0] = 0;
-        for (int il = 0; il < n_layer; il++) {
+        for (int il = 0; il < n_layer && !failed; il++) {
             const pi_layer *L = &m->layers[il];
-            if (dense_candidate(L)) add_dense(m, il, &c);
+            if (dense_candidate(L)) failed = add_dense(m, il, &c);
             plan[il].n_expert_runs = L->ffn_gate_exps.data ? m->n_expert * runs : 0;
             for (int e = 0; L->ffn_gate_exps.data && e < m->n_expert; e++) add_expert(m, il, e, &c);
         }
-        if (!pi_plan_chains(c.n_chain, c.first, c.items, left, taken, totals))
+        if (!failed && !pi_plan_chains(c.n_chain, c.first, c.items, left, taken, totals))
             apply(m, &c, taken, plan, totals, exp_hot, totals_by_layer, totals_by_layer + n_layer);
     }
     free(c.first);
@@ -201,6 +233,7 @@ void pi_plan_placement(const pi_model *m, uint64_t budget, pi_layer_placement *p
     free(c.of);
     free(c.chains);
     free(c.scratch);
+    free(c.order);
     free(taken);
     free(totals_by_layer);
 }

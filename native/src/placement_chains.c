@@ -1,4 +1,4 @@
-/* placement_chains.c - the knapsack over chains of device candidates (placement.h's pi_plan_chains).
+/* placement_chains.c - the knapsack over chains of device candidates (placement_chains.h).
  *
  * Greedy by value per byte is optimal when items are the same size; runs of different sizes (a
  * layer's last short run, experts in other quant types than the dense weights) make it a 0/1
@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "placement.h"
+#include "placement_chains.h"
 #include "status.h"
 
 typedef struct {

@@ -19,8 +19,14 @@ struct dev_block { // q.data NULL: the layer is not on the device; up.data NULL:
     float *attn_norm, *ffn_norm, *attn_norm_b, *ffn_norm_b, *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
     float *q_b, *k_b, *v_b, *o_b, *gate_b, *up_b, *down_b;
     __half *k_cache, *v_cache; // [n_ctx][kv_dim]
-    int local, rope_local;
+    PI_LAYER_TRAITS(PI_TRAIT_FIELD) // local, rope_local, no_rope (block_traits.h)
 };
+
+// The traits this block reads: attention() and ffn() below read every field of the two lists. A
+// trait added to a list stops the build here until the block reads it too.
+static_assert(0 PI_LAYER_TRAITS(PI_TRAIT_COUNT) == 3, "layers.cu reads local, rope_local and no_rope: read the new layer trait");
+static_assert(0 PI_BLOCK_TRAITS(PI_TRAIT_COUNT) == 5,
+              "layers.cu reads rope_neox, swa_window, layer_norm, parallel and attn_softcap: read the new block trait");
 
 struct pi_cuda_layers {
     pi_cuda_shape s;
@@ -242,7 +248,7 @@ static void attention(pi_cuda_layers *g, int il, int n, int pos0) {
     if (L->q_norm) rmsnorm(g, g->q, L->q_norm, g->q, n * s->n_head, hd);
     if (L->k_norm) rmsnorm(g, g->k, L->k_norm, g->k, n * s->n_head_kv, hd);
     const float *freq = g->inv_freq + (L->rope_local ? half : 0);
-    if (half > 0) {
+    if (half > 0 && !L->no_rope) {
         const unsigned nq = (unsigned)(n * s->n_head), nk = (unsigned)(n * s->n_head_kv);
         PI_LAUNCH(k_rope, nq, (unsigned)half, g->stream)(g->q, s->n_head, hd, half, pos0, freq, s->rope_neox);
         PI_LAUNCH(k_rope, nk, (unsigned)half, g->stream)(g->k, s->n_head_kv, hd, half, pos0, freq, s->rope_neox);
@@ -280,8 +286,9 @@ static int upload_block(dev_block *L, const pi_cuda_block *b, const pi_cuda_shap
     };
     for (const auto &v : vs)
         if (upload_floats(v.dst, v.src, v.n, err, err_len)) return -1;
-    L->local = b->local;
-    L->rope_local = b->rope_local;
+#define COPY(type, name) L->name = b->name;
+    PI_LAYER_TRAITS(COPY)
+#undef COPY
     if (!L->q.data) return 0; // the host's layer
     const size_t cache = (size_t)s->n_ctx * kv_dim * sizeof(__half);
     TRY(cudaMalloc(&L->k_cache, cache), "allocating the KV cache");

@@ -10,6 +10,7 @@
  * the steps queued on its stream, and is copied out when the host needs it. */
 #ifndef PI_LAYERS_CUDA_H
 #define PI_LAYERS_CUDA_H
+#include "block_traits.h"
 #include "cuda/ffn_cuda.h"
 
 #ifdef __cplusplus
@@ -28,18 +29,14 @@ typedef struct {
     const float *attn_q_norm, *attn_k_norm;                /* [head_dim], per head */
     const float *post_attn_norm, *post_ffn_norm;
     const float *attn_q_b, *attn_k_b, *attn_v_b, *attn_output_b, *ffn_gate_b, *ffn_up_b, *ffn_down_b;
-    int32_t local;      /* sliding-window attention */
-    int32_t rope_local; /* with the second rope table */
+    PI_LAYER_TRAITS(PI_TRAIT_FIELD) /* local, rope_local, no_rope: pi_layer's (block_traits.h) */
 } pi_cuda_block;
 
 typedef struct {
     int32_t n_embd, n_head, n_head_kv, head_dim, n_ff, n_rot, n_ctx, n_batch;
     int32_t act;        /* PI_ACT_* */
-    int32_t rope_neox, swa_window;
-    int32_t layer_norm; /* LayerNorm (opt, falcon) where the llama block has RMSNorm */
-    int32_t parallel;   /* falcon: x + attention(norm(x)) + FFN(norm(x)), in the attention step */
+    PI_BLOCK_TRAITS(PI_TRAIT_FIELD) /* rope_neox, swa_window, layer_norm, parallel, attn_softcap: pi_model's */
     float norm_eps;
-    float attn_softcap;    /* cap * tanh(score / cap) before the softmax; 0: none */
     const float *inv_freq; /* [2][n_rot / 2]: the global rope frequencies, then the local ones */
     pi_cuda_weight output; /* n_embd -> n_vocab on the device, or host NULL: the host's */
     const float *output_norm, *output_norm_b, *output_b; /* [n_embd], [n_embd], [n_vocab] or NULL */

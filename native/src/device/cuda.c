@@ -142,10 +142,13 @@ static pi_cuda_block block_of(const pi_layer *L, int whole) {
         .attn_output = view(&L->attn_output), .attn_norm = L->attn_norm, .attn_norm_b = L->attn_norm_b,
         .attn_q_norm = L->attn_q_norm, .attn_k_norm = L->attn_k_norm, .post_attn_norm = L->post_attn_norm,
         .attn_q_b = L->attn_q_b, .attn_k_b = L->attn_k_b, .attn_v_b = L->attn_v_b,
-        .attn_output_b = L->attn_output_b, .local = L->local, .rope_local = L->rope_local,
+        .attn_output_b = L->attn_output_b,
         .ffn_norm = L->ffn_norm, .ffn_norm_b = L->ffn_norm_b, .post_ffn_norm = L->post_ffn_norm,
         .ffn_down_b = L->ffn_down_b,
     };
+#define COPY(type, name) b.name = L->name;
+    PI_LAYER_TRAITS(COPY)
+#undef COPY
     if (whole) {
         b.ffn_gate = view(&L->ffn_gate);
         b.ffn_up = view(&L->ffn_up);
@@ -170,10 +173,11 @@ static int upload_layers(cuda_device *dev, const pi_device_share *share) {
     pi_cuda_shape shape = {
         .n_embd = h->n_embd, .n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = m->head_dim,
         .n_ff = h->n_ff, .n_rot = h->n_rot, .n_ctx = (int32_t)c->n_ctx, .n_batch = (int32_t)c->n_batch,
-        .act = h->ffn_act, .rope_neox = m->rope_neox, .swa_window = m->swa_window, .layer_norm = m->layer_norm,
-        .parallel = m->parallel, .norm_eps = h->norm_eps,
-        .attn_softcap = m->attn_softcap, .inv_freq = c->inv_freq,
+        .act = h->ffn_act, .norm_eps = h->norm_eps, .inv_freq = c->inv_freq,
     };
+#define COPY(type, name) shape.name = m->name;
+    PI_BLOCK_TRAITS(COPY)
+#undef COPY
     if (share->output) {
         shape.output = view(&m->output);
         shape.output_norm = m->output_norm;

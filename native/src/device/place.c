@@ -60,25 +60,26 @@ static int offload(pi_context *c) {
 
 /* ---- the hot/cold split ---- */
 
-/* Each layer's layout: the plan's hot neurons first, whole runs of them, then the cold ones,
- * each part in ascending neuron order. Returns whether any layer has hot runs. */
-static int lay_out(pi_context *c, const pi_layer_placement *plan, uint8_t *hot) {
+/* Each layer's layout: the plan's hot neurons (the first n_hot of its neuron order) first, whole
+ * runs of them, then the cold ones, each part in ascending neuron order. *any: whether any layer
+ * has hot runs. */
+static int lay_out(pi_context *c, const pi_layer_placement *plan, uint8_t *hot, int *any) {
     const pi_model *m = c->model;
     const int n_ff = m->info.n_ff;
-    int any = 0;
     for (int il = 0; il < m->info.n_layer; il++) {
-        const pi_layer *L = &m->layers[il];
         int32_t *layout = c->layout + (size_t)il * n_ff;
         c->hot_runs[il] = (plan[il].n_hot + PI_FFN_RUN - 1) / PI_FFN_RUN;
-        any |= c->hot_runs[il] > 0;
+        *any |= c->hot_runs[il] > 0;
+        const int rc = pi_neuron_order(m, il, layout); /* the order first, in the layout's place */
+        if (rc) return rc;
         memset(hot, 0, (size_t)n_ff);
-        for (int p = 0; p < plan[il].n_hot; p++) hot[L->order[p]] = 1;
+        for (int p = 0; p < plan[il].n_hot; p++) hot[layout[p]] = 1;
         int at = 0;
         for (int side = 1; side >= 0; side--)
             for (int i = 0; i < n_ff; i++)
                 if (hot[i] == side) layout[at++] = i;
     }
-    return any;
+    return PI_OK;
 }
 
 /* An MoE model's split of its expert runs (ffn_moe_split.h): the plan's exp_hot, and its
@@ -117,7 +118,7 @@ static int split(pi_context *c) {
         pi_plan_placement(m, c->params.vram_budget, plan, &totals, moe ? hot : NULL);
         int any = 0;
         if (moe) rc = split_experts(c, hot, &any);
-        else any = lay_out(c, plan, hot);
+        else rc = lay_out(c, plan, hot, &any);
         pi_device_share share = { n_layer, attention, totals.output_on_device && !c->embd };
         any |= share.output;
         for (int il = 0; il < n_layer; il++) any |= attention[il] = plan[il].fixed_on_device && !m->parallel && !m->router_on_input;
