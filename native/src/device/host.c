@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "device/device.h"
 #include "device/hot_experts.h"
 #include "device/hot_rows.h"
-#include "forward.h"
 #include "ops.h"
 #include "status.h"
 
@@ -55,7 +55,7 @@ static int on_copy(host_device *dev, int step, int il, int n, pi_outputs out) {
     float *host = c->x;
     c->x = dev->x;
     const int rc = step == STEP_ATTENTION ? pi_attention_block(c, il, n)
-                 : step == STEP_FFN       ? pi_ffn_block(c, il, n)
+                 : step == STEP_FFN       ? pi_ffn_block(c, il, n, (pi_ffn_path)pi_ffn_choice_of(c, il, n).block)
                                           : pi_logits_block(c, n, out);
     c->x = host;
     return rc;
