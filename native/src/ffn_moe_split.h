@@ -16,7 +16,7 @@
  * folds: the reference the split is tested against. With the stream on the device (its
  * attention placed there) the device norms the token's input for the CPU and merges there.
  *
- * smallthinker routes from the layer's input, before attention: forward.c keeps those logits in
+ * smallthinker routes from the layer's input, before attention: blocks.c keeps those logits in
  * moe_probs and pi_moe_route takes them. Its attention is never placed on the device (device/
  * place.c; the planner spends no budget on it), so that the CPU has the layer's input: its
  * stream stays on the host and the split is never resident. Its ReGLU runs skip dead neurons
