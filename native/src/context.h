@@ -102,6 +102,8 @@ struct pi_context {
     pi_layer_steps *on_device;  /* [n_layer], or NULL */
     int32_t logits_on_device;
     int32_t x_on_device;
+    /* [n_layer][PI_STEP_KINDS] how each layer's FFN step runs (ffn_path.h), chosen once */
+    struct pi_ffn_choice *ffn_choice;
 
     /* a LoRA adapter (lora.h) applied to every matmul of the weights it adapts, and its scratch:
      * [B][max_rank] of A x, [B][max_out] of B (A x), sized when it is set */

@@ -6,6 +6,7 @@
 
 #include "context.h"
 #include "device/place.h"
+#include "ffn_path.h"
 #include "forward.h"
 #include "lora.h"
 #include "status.h"
@@ -72,6 +73,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     if (!rc) rc = pi_context_alloc(c);
     if (!rc) rc = pi_threadpool_new(pool_size, &c->pool);
     if (!rc) rc = pi_place(c);
+    if (!rc) rc = pi_ffn_paths_choose(c); /* after the placement, which it reads */
     if (rc) {
         pi_context_free(c);
         return rc;
@@ -84,6 +86,7 @@ PI_API void pi_context_free(pi_context *c) {
     if (!c) return;
     pi_place_free(c); /* the device first: its thread may read the pool's size */
     pi_lora_detach(c);
+    pi_ffn_paths_free(c);
     pi_threadpool_free(c->pool);
     pi_context_release(c);
     free(c);
@@ -160,7 +163,14 @@ PI_API int pi_context_set_capture(pi_context *c, float *ffn_in, float *act, int3
     c->capture_ffn_in = ffn_in;
     c->capture_act = act;
     c->capture_max = ffn_in ? max_tokens : 0;
-    return PI_OK;
+    return pi_ffn_paths_choose(c); /* an activation capture runs the FFN dense */
+}
+
+PI_API int pi_context_set_adapter(pi_context *c, const pi_adapter *ad, float scale) {
+    if (!c) return pi_set_error(PI_ERR_ARG, "pi_context_set_adapter: NULL context");
+    const int rc = pi_lora_attach(c, ad, scale);
+    pi_ffn_paths_choose(c); /* an adapted FFN runs dense; allocated at pi_context_new, so it cannot fail here */
+    return rc;
 }
 
 PI_API int pi_context_set_expert_capture(pi_context *c, int32_t *experts, int32_t max_tokens) {

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "forward.h"
 #include "ops.h"
 #include "status.h"

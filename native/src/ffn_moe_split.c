@@ -30,7 +30,7 @@ int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
     s->hot = malloc(plan);
     s->expert = malloc(k * sizeof *s->expert);
     s->weight = malloc(k * sizeof *s->weight);
-    s->has_hot = malloc(k);
+    s->slot_hot = malloc(k * runs);
     s->cpu_units = malloc(k * runs * sizeof *s->cpu_units);
     s->dev_units = malloc(k * runs * sizeof *s->dev_units);
     s->g = malloc(k * ff * sizeof *s->g);
@@ -40,10 +40,9 @@ int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
     s->live = malloc(k * ff * sizeof *s->live);
     s->rows_done = malloc(k * runs * sizeof *s->rows_done);
     s->bytes_done = malloc(k * runs * sizeof *s->bytes_done);
-    s->hot_sum = malloc(k * d * sizeof *s->hot_sum);
     s->out = malloc(k * d * sizeof *s->out);
-    if (!s->hot || !s->expert || !s->weight || !s->has_hot || !s->cpu_units || !s->dev_units || !s->g || !s->u ||
-        !s->q || !s->acc || !s->live || !s->rows_done || !s->bytes_done || !s->hot_sum || !s->out) {
+    if (!s->hot || !s->expert || !s->weight || !s->slot_hot || !s->cpu_units || !s->dev_units || !s->g || !s->u ||
+        !s->q || !s->acc || !s->live || !s->rows_done || !s->bytes_done || !s->out) {
         pi_expert_split_free(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for the expert split");
     }
@@ -54,9 +53,9 @@ int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
 void pi_expert_split_free(pi_context *c) {
     pi_expert_split *s = c->xsplit;
     if (!s) return;
-    free(s->hot); free(s->expert); free(s->weight); free(s->has_hot); free(s->cpu_units); free(s->dev_units);
+    free(s->hot); free(s->expert); free(s->weight); free(s->slot_hot); free(s->cpu_units); free(s->dev_units);
     free(s->g); free(s->u); free(s->q); free(s->acc); free(s->live);
-    free(s->rows_done); free(s->bytes_done); free(s->hot_sum); free(s->out);
+    free(s->rows_done); free(s->bytes_done); free(s->out);
     free(s);
     c->xsplit = NULL;
 }
@@ -119,96 +118,37 @@ static int is_hot(const pi_expert_split *s, const pi_model *m, int j, int r) {
     return s->hot[((size_t)s->layer * (size_t)m->n_expert + (size_t)s->expert[j]) * (size_t)s->runs + (size_t)r];
 }
 
-void pi_expert_fold_hot(pi_context *c, pi_expert_split *s) {
-    const int d = c->model->info.n_embd;
-    for (int j = 0; j < s->k; j++) {
-        if (!s->has_hot[j]) continue;
-        float *sum = s->hot_sum + (size_t)j * d;
-        int first = 1;
-        for (int r = 0; r < s->runs; r++) {
-            if (!is_hot(s, c->model, j, r)) continue;
-            const float *acc = s->acc + ((size_t)j * s->runs + (size_t)r) * d;
-            if (first) memcpy(sum, acc, (size_t)d * sizeof(float));
-            else c->vec.axpy(1.0f, acc, sum, d);
-            first = 0;
-        }
-    }
-}
-
 /* The token's routed experts in ascending order (pi_moe_route's pairs of its one token), each
  * run a unit of the device's when it is hot there and a device takes it, else of the CPU's. */
 static void plan_units(pi_context *c, pi_expert_split *s, int with_device) {
     const pi_model *m = c->model;
-    s->n_cpu = s->n_dev = 0;
-    int j = 0;
+    int n_cpu = 0, n_dev = 0, j = 0;
     for (int e = 0; e < m->n_expert; e++) {
         const int32_t p = c->moe_first[e];
         if (c->moe_first[e + 1] == p) continue; /* not routed to */
         s->expert[j] = e;
         s->weight[j] = c->moe_sel_w[c->moe_tok_pair[p]];
-        s->has_hot[j] = 0;
         for (int r = 0; r < s->runs; r++) {
             const int unit = j * s->runs + r, hot = is_hot(s, m, j, r);
-            s->has_hot[j] |= hot;
+            s->slot_hot[unit] = (uint8_t)hot;
             s->rows_done[unit] = 0;
             s->bytes_done[unit] = 0;
-            if (hot && with_device) s->dev_units[s->n_dev++] = unit;
-            else s->cpu_units[s->n_cpu++] = unit;
+            if (hot && with_device) s->dev_units[n_dev++] = unit;
+            else s->cpu_units[n_cpu++] = unit;
         }
         j++;
     }
-    atomic_store_explicit(&s->next, 0, memory_order_relaxed);
+    s->split.n_cpu = n_cpu;
+    s->split.n_dev = n_dev;
 }
 
-typedef struct {
-    pi_context *c;
-    const pi_layer *L;
-} cpu_task;
-
-/* the CPU threads claim units one at a time and read them from the model */
-static void cpu_worker(void *arg, int ith, int nth) {
-    const cpu_task *t = arg;
-    pi_expert_split *s = t->c->xsplit;
-    for (;;) {
-        const int i = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed);
-        if (i >= s->n_cpu) break;
-        const int unit = s->cpu_units[i];
-        const pi_expert_run_rows w = pi_expert_run_rows_of(t->c->model, t->L, s->expert[unit / s->runs], unit % s->runs);
-        pi_expert_run(t->c, s, &w, unit);
-    }
-    (void)ith;
-    (void)nth;
-}
-
-/* each expert's cold slots added in run order into s->out[j] (the device's may be running still) */
-static void cold_sums(pi_context *c, pi_expert_split *s) {
-    const int d = c->model->info.n_embd;
-    for (int j = 0; j < s->k; j++) {
-        float *out = s->out + (size_t)j * d;
-        memset(out, 0, (size_t)d * sizeof(float));
-        for (int r = 0; r < s->runs; r++)
-            if (!is_hot(s, c->model, j, r)) c->vec.axpy(1.0f, s->acc + ((size_t)j * s->runs + (size_t)r) * d, out, d);
-    }
-}
-
-/* the neurons and bytes of every unit, counted once each time it was computed (after the device's wait) */
-static void count_units(pi_context *c, const pi_layer *L, const pi_expert_split *s) {
-    for (int unit = 0; unit < s->k * s->runs; unit++) {
-        c->stats.ffn_rows_done += s->rows_done[unit];
-        if (is_hot(s, c->model, unit / s->runs, unit % s->runs)) c->stats.ffn_rows_hot += s->rows_done[unit];
-        c->step_bytes += s->bytes_done[unit];
-    }
-    c->step_bytes += (int64_t)pi_weight_bytes(&L->ffn_gate_inp);
-}
-
-void pi_expert_merge(pi_context *c, pi_expert_split *s, float *y) {
-    const int d = c->model->info.n_embd;
-    memset(y, 0, (size_t)d * sizeof(float));
-    for (int j = 0; j < s->k; j++) {
-        float *out = s->out + (size_t)j * d;
-        if (s->has_hot[j]) c->vec.axpy(1.0f, s->hot_sum + (size_t)j * d, out, d);
-        c->vec.axpy(s->weight[j], out, y, d);
-    }
+/* the CPU's i-th unit, read from the model */
+static void cpu_unit(pi_context *c, pi_split *split, int i) {
+    pi_expert_split *s = split->work;
+    const int unit = s->cpu_units[i];
+    const pi_layer *L = &c->model->layers[s->layer];
+    const pi_expert_run_rows w = pi_expert_run_rows_of(c->model, L, s->expert[unit / s->runs], unit % s->runs);
+    pi_expert_run(c, s, &w, unit);
 }
 
 /* One token through layer il's split from a, its normed input (quantized), with the stream on
@@ -216,23 +156,17 @@ void pi_expert_merge(pi_context *c, pi_expert_split *s, float *y) {
 static int split_token(pi_context *c, int il, pi_act a, int resident) {
     const pi_layer *L = &c->model->layers[il];
     pi_expert_split *s = c->xsplit;
-    pi_device *dev = c->device;
     pi_moe_route(c, L, 1, a);
     s->layer = il;
     s->x = a;
-    plan_units(c, s, dev != NULL);
-    /* the token's experts have no hot run here: the device has no part but a resident merge */
-    pi_device *hot = s->n_dev ? dev : NULL;
-    int rc = hot ? hot->ops->experts_start(hot, s, resident) : PI_OK;
+    s->split = (pi_split){ .kind = PI_SPLIT_EXPERTS, .work = s, .layer = il, .t = 0, .x = a, .resident = resident,
+                           .device = c->device, .n_groups = s->k, .runs = s->runs, .acc = s->acc,
+                           .rows = s->rows_done, .bytes = s->bytes_done, .hot = s->slot_hot, .cold = s->out,
+                           .weight = s->weight, .y = c->delta, .cpu_unit = cpu_unit };
+    plan_units(c, s, c->device != NULL);
+    const int rc = pi_split_run(c, &s->split);
     if (rc) return rc;
-    cpu_task task = { c, L };
-    if (s->n_cpu) pi_threadpool_run(c->pool, cpu_worker, &task, c->params.n_threads); /* all hot: nothing to wake */
-    if (!dev) pi_expert_fold_hot(c, s); /* the CPU computed the hot runs too, and folds them as a device does */
-    if (hot && !resident && (rc = hot->ops->experts_end(hot, s, 0))) return rc;
-    cold_sums(c, s);
-    if (resident && (rc = dev->ops->experts_end(dev, s, 1))) return rc;
-    if (!resident) pi_expert_merge(c, s, c->delta);
-    count_units(c, L, s);
+    c->step_bytes += (int64_t)pi_weight_bytes(&L->ffn_gate_inp);
     return PI_OK;
 }
 

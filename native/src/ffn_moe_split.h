@@ -8,15 +8,15 @@
  *
  * The token is routed once, on the CPU (ffn_moe.h's pi_moe_route), and the device is handed that
  * selection: the same experts and weights on both sides, so no near tie can leave an expert
- * computed twice or not at all. Each run of each routed expert leaves its partial down sum in
- * its own slot; an expert's output is its cold slots added in run order, plus its hot slots
- * folded in run order (the device's part: one vector per expert), the same bits wherever each
- * run was computed. Experts are then added, weighted, in ascending expert order, as the plain
- * path adds them. Without a device (PI_DEVICE_NONE) the CPU computes every run with the same
+ * computed twice or not at all. The split engine (split_engine.h) takes each routed expert as a
+ * group of its runs: each run leaves its partial down sum in its own slot; an expert's output is
+ * its cold slots added in run order, plus its hot slots folded in run order (the device's part:
+ * one vector per expert), the same bits wherever each run was computed. Experts are then added,
+ * weighted, in ascending expert order. Without a device (PI_DEVICE_NONE) the CPU computes every run with the same
  * folds: the reference the split is tested against. With the stream on the device (its
  * attention placed there) the device norms the token's input for the CPU and merges there.
  *
- * smallthinker routes from the layer's input, before attention: forward.c keeps those logits in
+ * smallthinker routes from the layer's input, before attention: blocks.c keeps those logits in
  * moe_probs and pi_moe_route takes them. Its attention is never placed on the device (device/
  * place.c; the planner spends no budget on it), so that the CPU has the layer's input: its
  * stream stays on the host and the split is never resident. Its ReGLU runs skip dead neurons
@@ -26,9 +26,8 @@
  * runs the plain MoE path on the CPU, which reads each routed expert once for all its tokens. */
 #ifndef PI_FFN_MOE_SPLIT_H
 #define PI_FFN_MOE_SPLIT_H
-#include <stdatomic.h>
-
 #include "context.h"
+#include "split_engine.h"
 
 /* One run's weights: gate and up views of its rows (n_out = the run's neurons), down a view of its
  * columns (n_in = the run's neurons, n_out = n_embd, data at its first column, row_bytes the
@@ -48,10 +47,8 @@ typedef struct pi_expert_split {
     pi_act x;              /* its normed FFN input */
     int32_t *expert;       /* [k] routed experts, ascending */
     float *weight;         /* [k] and their routing weights */
-    uint8_t *has_hot;      /* [k] whether the expert has a hot run in this layer */
+    uint8_t *slot_hot;     /* [k * runs] whether each unit's run lives on the device */
     int32_t *cpu_units, *dev_units; /* [k * runs] the units each side computes */
-    int32_t n_cpu, n_dev;
-    atomic_int next;       /* the CPU threads' next unit */
     /* each unit's slices, so that any thread (or the device) may compute any unit */
     float *g, *u;          /* [k][n_ff_exp] gate, then the activation; up */
     block_q8x *q;          /* [k][n_ff_exp / 32] the activation quantized */
@@ -59,8 +56,8 @@ typedef struct pi_expert_split {
     int32_t *live;         /* [k][n_ff_exp] a ReGLU run's live neurons (gate > 0), run-relative */
     int32_t *rows_done;    /* [k][runs] neurons each unit computed: counts the work actually done */
     int64_t *bytes_done;   /* [k][runs] and the weight bytes it read */
-    float *hot_sum;        /* [k][n_embd] each expert's hot slots folded in run order */
     float *out;            /* [k][n_embd] each expert's cold slots in run order, then its output */
+    pi_split split;        /* the token's split over those slots, a group per routed expert */
 } pi_expert_split;
 
 /* The split of the plan exp_hot ([n_layer][n_expert][runs], copied) with its scratch, in
@@ -80,18 +77,11 @@ uint64_t pi_expert_run_bytes(const pi_expert_run_rows *w);
  * experts do); rows_done and bytes_done count what was read. Single-threaded: the CPU threads
  * and the device call it on different units at once. */
 void pi_expert_run(pi_context *c, pi_expert_split *s, const pi_expert_run_rows *w, int unit);
-/* hot_sum[j] = expert j's hot slots added in run order (where it has any): what a device hands back */
-void pi_expert_fold_hot(pi_context *c, pi_expert_split *s);
-
-/* y = the sum over the routed experts, ascending, of weight * (out[j], the cold slots, + hot_sum[j]
- * where it has hot runs): the merge, the host's or a resident device's */
-void pi_expert_merge(pi_context *c, pi_expert_split *s, float *y);
-
 /* delta[0] = the MoE FFN of layer il on a (one token, quantized) through the split: PI_OK, or the
  * device's error status */
 int pi_ffn_moe_split(pi_context *c, int il, pi_act a);
 /* x += FFN(x) for one token with the stream on the device: the device norms it, the CPU routes
- * and computes the cold runs, the device merges (device.h's experts_end) */
+ * and computes the cold runs, the device merges (device.h's split_end) */
 int pi_ffn_moe_split_resident(pi_context *c, int il);
 
 #endif

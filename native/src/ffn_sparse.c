@@ -164,49 +164,28 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
     return n;
 }
 
-/* the rows the CPU reads: the model's mapped tensors, by the job's layout */
-static ffn_rows cpu_rows(const ffn_job *job) {
-    const pi_layer *L = job->L;
-    return (ffn_rows){ L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
+/* The CPU's unit u, its threads claiming units one at a time, all reading the job's hidden layer.
+ * A unit is one of the hot runs the CPU computes without a device (one at a time, as a device
+ * does, so the sums agree), a group of up to job->group cold runs (fewer, longer kernel calls), or
+ * one of the last job->tail cold runs, taken singly so the threads finish together. */
+static void cpu_unit(pi_context *c, pi_split *s, int u) {
+    const ffn_job *job = s->work;
+    int r = u, runs = 1; /* a hot run, or one of the last cold ones */
+    const int k = u - job->singles, grouped_end = job->n_runs - job->tail;
+    if (k >= 0 && k < job->n_groups) {
+        r = job->hot_runs + k * job->group;
+        runs = grouped_end - r < job->group ? grouped_end - r : job->group;
+    } else if (k >= 0) {
+        r = grouped_end + (k - job->n_groups);
+    }
+    pi_ffn_run(job, &job->cpu, job->hidden, r, runs);
+    (void)c;
 }
 
-/* The CPU side: threads claim units one at a time, all reading the job's hidden layer. A unit
- * is one of the hot runs the CPU computes without a device (one at a time, as a device does, so
- * the sums agree), a group of up to job->group cold runs (fewer, longer kernel calls), or one of
- * the last job->tail cold runs, taken singly so the threads finish together. */
-static void cpu_worker(void *arg, int ith, int nth) {
-    ffn_job *job = arg;
-    const ffn_rows w = cpu_rows(job);
-    for (;;) {
-        const int u = atomic_fetch_add_explicit(&job->next_unit, 1, memory_order_relaxed);
-        if (u >= job->n_units) break;
-        int r = u, runs = 1; /* a hot run, or one of the last cold ones */
-        const int k = u - job->singles, grouped_end = job->n_runs - job->tail;
-        if (k >= 0 && k < job->n_groups) {
-            r = job->hot_runs + k * job->group;
-            runs = grouped_end - r < job->group ? grouped_end - r : job->group;
-        } else if (k >= 0) {
-            r = grouped_end + (k - job->n_groups);
-        }
-        pi_ffn_run(job, &w, job->hidden, r, runs);
-    }
-    (void)ith;
-    (void)nth;
-}
-
-void pi_ffn_fold_hot(pi_context *c, int hot_runs) {
-    const int d = c->model->info.n_embd;
-    float *sum = c->run_acc;
-    if (hot_runs <= 0) return;
-    if (!c->run_rows[0]) memset(sum, 0, (size_t)d * sizeof(float)); /* a run without neurons left it unwritten */
-    for (int r = 1; r < hot_runs; r++) {
-        if (!c->run_rows[r]) continue;
-        c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, sum, d);
-        c->run_rows[0] += c->run_rows[r];
-        c->run_bytes[0] += c->run_bytes[r];
-        c->run_rows[r] = 0;
-        c->run_bytes[r] = 0;
-    }
+/* the CPU's hidden layer, once for all its units */
+static void cpu_begin(pi_context *c, pi_split *s) {
+    ffn_job *job = s->work;
+    job->hidden = pi_ffn_hidden(job, &job->cpu, PI_HIDDEN_CPU, c->params.n_threads);
 }
 
 /* the device of the split, when the context has one (a device may hold whole layers only) */
@@ -239,71 +218,40 @@ static void probed(pi_context *c, int layer, const ffn_job *job) {
         c->ffn_first[layer] = atomic_load(&c->probe_up) < atomic_load(&c->probe_gate) ? PI_FFN_FIRST_UP : PI_FFN_FIRST_GATE;
 }
 
-/* one token's job for layer `layer`: the split's device takes runs [0, hot_runs), the CPU threads
- * the rest; without one the CPU takes them all */
-static ffn_job job_for(pi_context *c, int layer, pi_act x) {
+/* one token's job for layer `layer`, its result into y: the split's device takes runs
+ * [0, hot_runs), the CPU threads the rest; without one the CPU takes them all */
+static void job_for(pi_context *c, int layer, int t, pi_act x, float *y, int resident, ffn_job *job) {
     const pi_layer *L = &c->model->layers[layer];
     const int n_ff = c->model->info.n_ff;
-    ffn_job job = { .c = c, .L = L, .x = x, .threshold = L->threshold + c->params.sparse_threshold_shift,
-                    .layout = c->layout ? c->layout + (size_t)layer * n_ff : NULL,
-                    .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
+    *job = (ffn_job){ .c = c, .L = L, .x = x, .threshold = L->threshold + c->params.sparse_threshold_shift,
+                      .layout = c->layout ? c->layout + (size_t)layer * n_ff : NULL,
+                      .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
+    job->cpu = (ffn_rows){ L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
     /* groups of cold runs: at most 4, and at least 6 units (for balance), then the last group's
      * worth singly; from the model and the split alone, so the sums do not depend on the thread
      * count */
-    const int cold = job.n_runs - job.hot_runs;
-    job.group = job.n_runs / 6 < 1 ? 1 : job.n_runs / 6 > 4 ? 4 : job.n_runs / 6;
-    job.tail = job.group > 1 && cold > job.group ? job.group : 0;
-    job.n_groups = (cold - job.tail + job.group - 1) / job.group;
-    job.singles = split_device(c) ? 0 : job.hot_runs;
-    job.n_units = job.singles + job.n_groups + job.tail;
-    atomic_init(&job.next_unit, 0);
-    choose_first(c, layer, &job);
-    return job;
-}
-
-/* run r's neurons and the bytes their rows took */
-static void count_run(pi_context *c, int r) {
-    c->stats.ffn_rows_done += c->run_rows[r];
-    c->step_bytes += c->run_bytes[r];
-}
-
-/* The CPU's runs, and their slots added in run order into cold (zeros without neurons): the same
- * sum wherever each run was computed. Without a device the CPU computed the hot runs too, and
- * they are folded into slot 0 as a device hands them back. */
-static void cpu_runs(pi_context *c, ffn_job *job, float *cold) {
-    const int d = c->model->info.n_embd;
-    const int first_cold = job->hot_runs;
-    if (job->n_units > 0) { /* the device may hold every run */
-        const ffn_rows w = cpu_rows(job);
-        job->hidden = pi_ffn_hidden(job, &w, PI_HIDDEN_CPU, c->params.n_threads);
-        pi_threadpool_run(c->pool, cpu_worker, job, c->params.n_threads);
-    }
-    if (!split_device(c)) pi_ffn_fold_hot(c, job->hot_runs);
-    memset(cold, 0, (size_t)d * sizeof(float));
-    for (int r = first_cold; r < job->n_runs; r++)
-        if (c->run_rows[r]) {
-            c->vec.axpy(1.0f, c->run_acc + (size_t)r * d, cold, d);
-            count_run(c, r);
-        }
-}
-
-void pi_ffn_merge_hot(pi_context *c, const ffn_job *job, float *y) {
-    if (job->hot_runs <= 0 || !c->run_rows[0]) return;
-    c->vec.axpy(1.0f, c->run_acc, y, c->model->info.n_embd);
-    c->stats.ffn_rows_hot += c->run_rows[0];
-    count_run(c, 0);
+    pi_device *dev = split_device(c);
+    const int cold = job->n_runs - job->hot_runs;
+    job->group = job->n_runs / 6 < 1 ? 1 : job->n_runs / 6 > 4 ? 4 : job->n_runs / 6;
+    job->tail = job->group > 1 && cold > job->group ? job->group : 0;
+    job->n_groups = (cold - job->tail + job->group - 1) / job->group;
+    job->singles = dev ? 0 : job->hot_runs;
+    choose_first(c, layer, job);
+    pi_split *s = &job->split;
+    *s = (pi_split){ .kind = PI_SPLIT_NEURONS, .work = job, .layer = layer, .t = t, .x = x, .resident = resident,
+                     .device = dev, .n_groups = 1, .runs = job->n_runs, .acc = c->run_acc, .rows = c->run_rows,
+                     .bytes = c->run_bytes, .hot = NULL, .hot_runs = job->hot_runs, .cold = y, .weight = NULL, .y = y,
+                     .n_cpu = job->singles + job->n_groups + job->tail, .n_dev = dev ? job->hot_runs : 0,
+                     .cpu_begin = cpu_begin, .cpu_unit = cpu_unit };
+    atomic_init(&s->next, 0);
 }
 
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
-    ffn_job job = job_for(c, layer, x);
+    ffn_job job;
+    job_for(c, layer, t, x, c->delta + (size_t)t * c->model->info.n_embd, 0, &job);
     c->step_bytes += (int64_t)pi_predictor_bytes(job.L);
-    float *y = c->delta + (size_t)t * c->model->info.n_embd;
-    pi_device *dev = job.hot_runs > 0 ? split_device(c) : NULL; /* no hot runs: the device has no part */
-    int rc = dev ? dev->ops->split_start(dev, &job, 0) : PI_OK;
+    const int rc = pi_split_run(c, &job.split);
     if (rc) return rc;
-    cpu_runs(c, &job, y);
-    if (dev && (rc = dev->ops->split_end(dev, &job, t, NULL))) return rc;
-    pi_ffn_merge_hot(c, &job, y);
     probed(c, layer, &job);
     return PI_OK;
 }
@@ -312,14 +260,13 @@ int pi_ffn_sparse_resident(pi_context *c, int layer, int n) {
     const int d = c->model->info.n_embd;
     pi_device *dev = c->device;
     for (int t = 0; t < n; t++) {
-        float *xn = c->xn + (size_t)t * d, *cold = c->delta + (size_t)t * d;
+        float *xn = c->xn + (size_t)t * d;
         int rc = dev->ops->split_norm(dev, layer, t, xn);
         if (rc) return rc;
-        ffn_job job = job_for(c, layer, pi_quantize(&c->kern, xn, c->xq, 1, d));
+        ffn_job job;
+        job_for(c, layer, t, pi_quantize(&c->kern, xn, c->xq, 1, d), c->delta + (size_t)t * d, 1, &job);
         c->step_bytes += (int64_t)pi_predictor_bytes(job.L);
-        if ((rc = dev->ops->split_start(dev, &job, 1))) return rc;
-        cpu_runs(c, &job, cold);
-        if ((rc = dev->ops->split_end(dev, &job, t, cold))) return rc;
+        if ((rc = pi_split_run(c, &job.split))) return rc;
         probed(c, layer, &job);
     }
     return PI_OK;

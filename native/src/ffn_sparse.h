@@ -4,14 +4,13 @@
  * positions: the identity, or with a device budget the layer's hot neurons first, then the cold
  * ones, each part in ascending neuron order. The device (device/device.h) computes the hot runs
  * [0, hot_runs), the CPU threads the cold ones (in groups of a few runs); each run, or group,
- * leaves its sum of down rows in its first run's slot. The FFN's result is cold + hot: the cold
- * slots added in run order, plus the hot ones folded in run order, the same bits wherever each
- * hot run was computed. */
+ * leaves its sum of down rows in its first run's slot, and the split engine (split_engine.h) adds
+ * them: the FFN's result is cold + hot, the cold slots added in run order, plus the hot ones folded
+ * in run order, the same bits wherever each hot run was computed. */
 #ifndef PI_FFN_SPARSE_H
 #define PI_FFN_SPARSE_H
-#include <stdatomic.h>
-
 #include "context.h"
+#include "split_engine.h"
 
 /* The rows one side reads: position p is row rows[p] of these weights (the model's mapped
  * tensors, rows = the layout), or row p itself (rows NULL: the identity layout, or a copy of the
@@ -24,7 +23,8 @@ typedef struct {
 /* the factor of the activation a run computes first, the other only where the first is positive */
 enum { PI_FFN_FIRST_BOTH = 0, PI_FFN_FIRST_GATE = 1, PI_FFN_FIRST_UP = 2 };
 
-/* One token through one layer. */
+/* One token through one layer: the split engine's groups of one (split_engine.h), whose units are
+ * the layer's runs. */
 typedef struct ffn_job {
     pi_context *c;
     const pi_layer *L;
@@ -32,11 +32,12 @@ typedef struct ffn_job {
     float threshold;
     const int32_t *layout;  /* [n_ff] the neuron at each position, or NULL: the identity */
     int hot_runs, n_runs;
-    int group, n_groups, tail, singles, n_units; /* the CPU's units of work (ffn_sparse.c's cpu_worker) */
-    atomic_int next_unit;   /* the CPU threads' next unit */
+    int group, n_groups, tail, singles; /* the CPU's units of work (ffn_sparse.c's cpu_unit) */
     int first;              /* PI_FFN_FIRST_*: which of gate and up is computed first */
     int probe;              /* compute both and count their positives (ffn_sparse.c's choose_first) */
+    ffn_rows cpu;           /* the rows the CPU reads: the model's, by the layout */
     pi_act hidden;          /* the CPU's relu(fc1 x), quantized */
+    pi_split split;         /* the token's split: slots run_acc, run_rows and run_bytes */
 } ffn_job;
 
 /* h = relu(fc1 x) in the context's predictor slot `slot`, fc1's rows split between n_threads of
@@ -48,12 +49,6 @@ pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot, int n_thre
  * into slot r; their count and the rows' bytes in run_rows[r] and run_bytes[r], those of the
  * other runs 0. Returns the neurons predicted. */
 int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs);
-
-/* Runs [0, hot_runs) folded into slot 0: their sum in run order (runs without neurons skipped),
- * their neurons in run_rows[0], the other counts 0. What a device hands back. */
-void pi_ffn_fold_hot(pi_context *c, int hot_runs);
-/* y += the folded hot sum when it has neurons, which are counted: the merge */
-void pi_ffn_merge_hot(pi_context *c, const ffn_job *job, float *y);
 
 /* delta[t] = FFN(xn[t]) through the predictors, the stream on the host: PI_OK, or the device's
  * error status */

@@ -188,8 +188,7 @@ void pi_lora_detach(pi_context *c) {
 }
 
 /* The scratch is sized for the adapter once here, so a step allocates nothing. */
-PI_API int pi_context_set_adapter(pi_context *c, const pi_adapter *ad, float scale) {
-    if (!c) return pi_set_error(PI_ERR_ARG, "pi_context_set_adapter: NULL context");
+int pi_lora_attach(pi_context *c, const pi_adapter *ad, float scale) {
     if (!ad) {
         pi_lora_detach(c);
         return PI_OK;

@@ -26,6 +26,9 @@ struct pi_adapter {
 /* Drop the context's adapter and its scratch (pi_context_free). */
 struct pi_context;
 void pi_lora_detach(struct pi_context *c);
+/* Apply ad (NULL: none) to the context's matmuls at this scale, its scratch sized once here:
+ * pi_context_set_adapter's work, which then chooses the FFN paths again (ffn_path.h). */
+int pi_lora_attach(struct pi_context *c, const pi_adapter *ad, float scale);
 /* The pair adapting w, or NULL. */
 const pi_lora_pair *pi_lora_find(const pi_adapter *a, const pi_weight *w);
 /* The factor of B (A x): the adapter's scale, times alpha / rank where alpha is set (llama.cpp's rule). */

@@ -73,7 +73,7 @@ __global__ void k_down(dev_weight down_t, const float *a, int n_hot, int run, in
 }
 
 // sum[j] = the runs' partial[r][j] added in run order, skipping runs without neurons: the sum
-// pi_ffn_fold_hot makes of them on the host (ffn_sparse.h), handed back as one vector
+// pi_split_fold makes of them on the host (split_engine.h), handed back as one vector
 __global__ void k_fold(const float *partial, const int32_t *rows, int runs, int n_embd, float *sum) {
     const int j = blockIdx.x * DOWN_THREADS + threadIdx.x;
     if (j >= n_embd) return;

@@ -4,7 +4,7 @@
  * The device holds, per layer, fc1 and the hot positions' rows of fc2, gate, up and ffn_down_t
  * (laid out by position) and their gate/up biases. A job computes relu(fc1 x), every hot
  * position's logit, gate, up and activation where the logit reaches the threshold, each hot
- * run's sum of down rows, and the runs' sum in run order (pi_ffn_fold_hot's); all queued on the
+ * run's sum of down rows, and the runs' sum in run order (pi_split_fold's); all queued on the
  * stream it was given (the layers', layers_cuda.h), so a start returns at once. */
 #ifndef PI_FFN_CUDA_H
 #define PI_FFN_CUDA_H

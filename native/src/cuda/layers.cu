@@ -166,7 +166,7 @@ __global__ void k_attention(const float *q, const __half *kc, const __half *vc, 
     }
 }
 
-// g = act(g, u) over count values (the gated activations of forward.c's pi_activate)
+// g = act(g, u) over count values (the gated activations of ops.c's pi_activate)
 __global__ void k_activate(float *g, const float *u, int count, int act) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < count) g[i] = activate(act, g[i], u[i]);
@@ -211,7 +211,7 @@ static void add(const pi_cuda_layers *g, float *x, const float *delta, int count
     PI_LAUNCH(k_add, blocks_for(count), THREADS, g->stream)(x, delta, count);
 }
 
-// x += FFN(x), as forward.c's ffn_block dense: with a gate or not (the activation then takes up's
+// x += FFN(x), as blocks.c's pi_ffn_dense: with a gate or not (the activation then takes up's
 // values), through ffn_down or PowerInfer's transposed ffn_down_t
 static void ffn(pi_cuda_layers *g, int il, int n) {
     const pi_cuda_shape *s = &g->s;
@@ -232,7 +232,7 @@ static void ffn(pi_cuda_layers *g, int il, int n) {
     add(g, g->x, g->delta, n * d);
 }
 
-// x += attention(x) for n tokens at pos0.., as forward.c's attention_block (with the FFN inside
+// x += attention(x) for n tokens at pos0.., as blocks.c's pi_attention_block (with the FFN inside
 // in a parallel block)
 static void attention(pi_cuda_layers *g, int il, int n, int pos0) {
     const pi_cuda_shape *s = &g->s;

@@ -11,6 +11,7 @@
 #include "device/hot_rows.h"
 #include "ffn_sparse.h"
 #include "placement.h"
+#include "split_engine.h"
 #include "token_bytes.h"
 
 typedef struct {
@@ -94,32 +95,38 @@ static int cuda_split_norm(pi_device *d, int il, int t, float *xn) {
     return rc;
 }
 
-static int cuda_split_start(pi_device *d, ffn_job *job, int resident) {
+/* a neuron split's only: the device has no expert kernels (place.c refuses an MoE model's budget first) */
+static int refuse_experts(const pi_split *s) {
+    return s->kind == PI_SPLIT_NEURONS ? PI_OK
+                                       : pi_set_error(PI_ERR_UNSUPPORTED, "the CUDA device has no expert kernels");
+}
+
+static int cuda_split_start(pi_device *d, pi_split *s) {
     cuda_device *dev = (cuda_device *)d;
-    const int layer = (int)(job->L - dev->c->model->layers);
-    if (resident) /* from the device's own normed row */
+    if (refuse_experts(s)) return PI_ERR_UNSUPPORTED;
+    const ffn_job *job = s->work;
+    const int layer = s->layer;
+    if (s->resident) /* from the device's own normed row */
         return status(dev, pi_cuda_ffn_start_on(dev->ffn, layer, pi_cuda_layers_xn(dev->layers), job->threshold,
                                                 dev->err, sizeof dev->err));
     count(dev, 1, 0);
     return status(dev, pi_cuda_ffn_start(dev->ffn, layer, job->x.f, job->threshold, dev->err, sizeof dev->err));
 }
 
-static int cuda_split_end(pi_device *d, ffn_job *job, int t, float *cold) {
+static int cuda_split_end(pi_device *d, pi_split *s) {
     cuda_device *dev = (cuda_device *)d;
-    const int layer = (int)(job->L - dev->c->model->layers);
-    if (!cold) {
+    if (refuse_experts(s)) return PI_ERR_UNSUPPORTED;
+    if (!s->resident) { /* the hot runs' sum into slot 0, their neurons into its count */
         count(dev, 1, 1);
-        const int rc = status(dev, pi_cuda_ffn_wait(dev->ffn, dev->c->run_acc, dev->c->run_rows, dev->err,
-                                                    sizeof dev->err));
+        const int rc = status(dev, pi_cuda_ffn_wait(dev->ffn, s->acc, s->rows, dev->err, sizeof dev->err));
         /* the device computes gate, up and down for each neuron, and does not say which were zero */
-        const pi_layer *L = job->L;
-        dev->c->run_bytes[0] = (int64_t)dev->c->run_rows[0] *
-                               (int64_t)(L->ffn_gate.row_bytes + L->ffn_up.row_bytes + L->ffn_down_t.row_bytes);
+        const pi_layer *L = &dev->c->model->layers[s->layer];
+        s->bytes[0] = (int64_t)s->rows[0] * (int64_t)(L->ffn_gate.row_bytes + L->ffn_up.row_bytes + L->ffn_down_t.row_bytes);
         return rc;
     }
     count(dev, 1, 0);
-    const float *hot = job->hot_runs > 0 ? pi_cuda_ffn_sum(dev->ffn) : NULL;
-    return status(dev, pi_cuda_split_merge(dev->layers, layer, t, hot, cold, dev->err, sizeof dev->err));
+    const float *hot = s->n_dev > 0 ? pi_cuda_ffn_sum(dev->ffn) : NULL;
+    return status(dev, pi_cuda_split_merge(dev->layers, s->layer, s->t, hot, s->cold, dev->err, sizeof dev->err));
 }
 
 static void cuda_free(pi_device *d) {
@@ -131,7 +138,7 @@ static void cuda_free(pi_device *d) {
 
 static const pi_device_ops cuda_ops = {
     "cuda", cuda_x_in, cuda_x_out, cuda_attention, cuda_ffn, cuda_logits,
-    cuda_split_norm, cuda_split_start, cuda_split_end, NULL, NULL, cuda_free, /* no expert kernels: place.c refuses first */
+    cuda_split_norm, cuda_split_start, cuda_split_end, cuda_free,
 };
 
 /* Layer il as the device takes it: its attention, with the FFN's norms and biases (the split's

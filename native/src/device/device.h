@@ -10,8 +10,7 @@
 #include "context.h"
 
 typedef struct pi_device pi_device;
-struct ffn_job;
-struct pi_expert_split;
+struct pi_split;
 
 typedef struct {
     const char *name;
@@ -25,25 +24,18 @@ typedef struct {
     /* logits of the step's tokens [out.first, n) into out.rows (waits) */
     int (*logits)(pi_device *d, int n, pi_outputs out);
 
-    /* The split of one token's FFN. With the stream on the device, split_norm writes the token's
-     * normed FFN input to xn (waits for it only) and the hot runs then start from the device's own
-     * copy; otherwise the host normed it, and split_start takes job->x. split_end with the stream
-     * on the device takes the CPU's cold sum of token t (cold), adds hot + cold (the merge) with
-     * the FFN's bias and post-norm to the device's stream; with cold NULL it waits and leaves the
-     * hot sum in slot 0 of the context's run_acc, the hot neurons in run_rows[0]
-     * (pi_ffn_fold_hot), for the host's merge. */
+    /* The split of one token's FFN (split_engine.h), of either kind: a layer's hot neuron runs, or
+     * the routed experts' hot runs (a device without expert kernels, CUDA, refuses those; place.c
+     * refuses first). With the stream on the device, split_norm writes token t's normed FFN input
+     * to xn (waits for it only) and the hot units then start from the device's own copy; otherwise
+     * the host normed it, and split_start takes s->x (and an expert split's routing: s->work's
+     * expert and weight). split_end with the stream on the device (s->resident) takes the CPU's
+     * cold sums (s->cold) and merges them with its hot ones (pi_split_merge into s->y), with the
+     * FFN's bias and post-norm, into row s->t of its stream; otherwise it waits and leaves each
+     * group's hot units folded in its first hot slot (pi_split_fold) for the host's merge. */
     int (*split_norm)(pi_device *d, int il, int t, float *xn);
-    int (*split_start)(pi_device *d, struct ffn_job *job, int resident);
-    int (*split_end)(pi_device *d, struct ffn_job *job, int t, float *cold);
-    /* The expert split of one token (ffn_moe_split.h): experts_start takes the CPU's routing (the
-     * split's expert, weight), and the normed input (x) unless resident (split_norm made it there),
-     * and computes the dev_units from the device's copy. experts_end waits; resident, it takes the
-     * CPU's cold sums (out) and merges them with its hot ones into its stream (pi_expert_merge, the
-     * FFN's bias and post-norm, the residual); otherwise it leaves each routed expert's hot runs
-     * folded in hot_sum (pi_expert_fold_hot) for the host's merge. NULL on a device without expert
-     * kernels (CUDA, which place.c refuses for an MoE model's budget). */
-    int (*experts_start)(pi_device *d, struct pi_expert_split *s, int resident);
-    int (*experts_end)(pi_device *d, struct pi_expert_split *s, int resident);
+    int (*split_start)(pi_device *d, struct pi_split *s);
+    int (*split_end)(pi_device *d, struct pi_split *s);
     void (*free)(pi_device *d);
 } pi_device_ops;
 

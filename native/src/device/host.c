@@ -5,11 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "device/device.h"
 #include "device/hot_experts.h"
 #include "device/hot_rows.h"
-#include "forward.h"
 #include "ops.h"
+#include "split_engine.h"
 #include "status.h"
 
 typedef struct host_device_ {
@@ -22,8 +23,7 @@ typedef struct host_device_ {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int busy, quit, started;
-    void (*work)(struct host_device_ *dev, void *task); /* the task at hand: a neuron job or an expert split */
-    void *task;
+    pi_split *task;     /* the token's split whose hot units the thread computes */
 } host_device;
 
 static void count(pi_context *c, int copies, int syncs) {
@@ -55,7 +55,7 @@ static int on_copy(host_device *dev, int step, int il, int n, pi_outputs out) {
     float *host = c->x;
     c->x = dev->x;
     const int rc = step == STEP_ATTENTION ? pi_attention_block(c, il, n)
-                 : step == STEP_FFN       ? pi_ffn_block(c, il, n)
+                 : step == STEP_FFN       ? pi_ffn_block(c, il, n, (pi_ffn_path)pi_ffn_choice_of(c, il, n).block)
                                           : pi_logits_block(c, n, out);
     c->x = host;
     return rc;
@@ -79,27 +79,31 @@ static int host_logits(pi_device *d, int n, pi_outputs out) {
 
 /* ---- the split ---- */
 
-/* a neuron job's hot runs */
-static void hot_neurons(host_device *dev, void *task) {
-    ffn_job *job = task;
-    pi_context *c = job->c;
-    const ffn_rows *w = &dev->copy.layers[job->L - c->model->layers];
+/* a neuron job's hot runs, from the copy */
+static void hot_neurons(host_device *dev, pi_split *split) {
+    const ffn_job *job = split->work;
+    const ffn_rows *w = &dev->copy.layers[split->layer];
     /* the device's own hidden layer slot, computed by this thread alone (the pool is the CPU's) */
     const pi_act hq = pi_ffn_hidden(job, w, PI_HIDDEN_DEVICE, 1);
     for (int r = 0; r < job->hot_runs; r++) pi_ffn_run(job, w, hq, r, 1);
-    pi_ffn_fold_hot(c, job->hot_runs); /* handed back as one vector, as a GPU hands it */
 }
 
-/* the routed experts' hot runs, from the copy, folded per expert */
-static void hot_experts(host_device *dev, void *task) {
-    pi_expert_split *s = task;
+/* the routed experts' hot runs, from the copy */
+static void hot_experts(host_device *dev, pi_split *split) {
+    pi_expert_split *s = split->work;
     pi_context *c = dev->c;
     const size_t layer = (size_t)s->layer * (size_t)c->model->n_expert;
-    for (int i = 0; i < s->n_dev; i++) {
+    for (int i = 0; i < split->n_dev; i++) {
         const int unit = s->dev_units[i], e = s->expert[unit / s->runs];
         pi_expert_run(c, s, &dev->experts.runs[(layer + (size_t)e) * (size_t)s->runs + (size_t)(unit % s->runs)], unit);
     }
-    pi_expert_fold_hot(c, s); /* handed back as one vector per expert */
+}
+
+/* the task's hot units, then their folds: handed back as one vector a group, as a GPU hands them */
+static void hot_units(host_device *dev, pi_split *s) {
+    if (s->kind == PI_SPLIT_NEURONS) hot_neurons(dev, s);
+    else hot_experts(dev, s);
+    pi_split_fold(dev->c, s);
 }
 
 static void *hot_thread(void *arg) {
@@ -109,7 +113,7 @@ static void *hot_thread(void *arg) {
         while (!dev->busy && !dev->quit) pthread_cond_wait(&dev->cond, &dev->lock);
         if (dev->quit) break;
         pthread_mutex_unlock(&dev->lock);
-        dev->work(dev, dev->task);
+        hot_units(dev, dev->task);
         pthread_mutex_lock(&dev->lock);
         dev->busy = 0;
         pthread_cond_broadcast(&dev->cond);
@@ -128,9 +132,8 @@ static int host_split_norm(pi_device *d, int il, int t, float *xn) {
 }
 
 /* the device thread takes the task; wait_task waits until it is done */
-static void start_task(host_device *dev, void (*work)(host_device *, void *), void *task) {
+static void start_task(host_device *dev, pi_split *task) {
     pthread_mutex_lock(&dev->lock);
-    dev->work = work;
     dev->task = task;
     dev->busy = 1;
     pthread_cond_broadcast(&dev->cond);
@@ -143,46 +146,25 @@ static void wait_task(host_device *dev) {
     pthread_mutex_unlock(&dev->lock);
 }
 
-static int host_split_start(pi_device *d, ffn_job *job, int resident) {
+/* the normed input goes in unless the device made it; an expert split's routing goes in always */
+static int host_split_start(pi_device *d, pi_split *s) {
     host_device *dev = (host_device *)d;
-    if (!resident) count(dev->c, 1, 0); /* the normed input goes in */
-    if (job->hot_runs > 0) start_task(dev, hot_neurons, job);
+    if (!s->resident || s->kind == PI_SPLIT_EXPERTS) count(dev->c, 1, 0);
+    start_task(dev, s);
     return PI_OK;
 }
 
-static int host_split_end(pi_device *d, ffn_job *job, int t, float *cold) {
+static int host_split_end(pi_device *d, pi_split *s) {
     host_device *dev = (host_device *)d;
     pi_context *c = dev->c;
     wait_task(dev);
-    if (!cold) {
-        count(c, 1, 1); /* the hot sum comes back */
+    if (!s->resident) {
+        count(c, 1, 1); /* the hot sums come back */
         return PI_OK;
     }
-    count(c, 1, 0); /* the cold sum goes in; the merge is the device's */
-    pi_ffn_merge_hot(c, job, cold);
-    pi_ffn_residual(c, (int)(job->L - c->model->layers), dev->x + (size_t)t * c->model->info.n_embd, cold, 1);
-    return PI_OK;
-}
-
-static int host_experts_start(pi_device *d, pi_expert_split *s, int resident) {
-    host_device *dev = (host_device *)d;
-    (void)resident;
-    count(dev->c, 1, 0); /* the routing goes in, with the normed input unless the device made it */
-    start_task(dev, hot_experts, s);
-    return PI_OK;
-}
-
-static int host_experts_end(pi_device *d, pi_expert_split *s, int resident) {
-    host_device *dev = (host_device *)d;
-    pi_context *c = dev->c;
-    wait_task(dev);
-    if (!resident) {
-        count(c, 1, 1); /* the routed experts' hot sums come back */
-        return PI_OK;
-    }
-    count(c, 1, 0); /* the cold sums go in (with the routing weights); the merge is the device's */
-    pi_expert_merge(c, s, c->delta);
-    pi_ffn_residual(c, s->layer, dev->x, c->delta, 1);
+    count(c, 1, 0); /* the cold sums go in (with an expert split's weights); the merge is the device's */
+    pi_split_merge(c, s);
+    pi_ffn_residual(c, s->layer, dev->x + (size_t)s->t * c->model->info.n_embd, s->y, 1);
     return PI_OK;
 }
 
@@ -205,7 +187,7 @@ static void host_free(pi_device *d) {
 
 static const pi_device_ops host_ops = {
     "host", host_x_in, host_x_out, host_attention, host_ffn, host_logits,
-    host_split_norm, host_split_start, host_split_end, host_experts_start, host_experts_end, host_free,
+    host_split_norm, host_split_start, host_split_end, host_free,
 };
 
 int pi_device_host_new(pi_context *c, const pi_device_share *share, pi_device **out) {

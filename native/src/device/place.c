@@ -95,7 +95,7 @@ static int split_experts(pi_context *c, const uint8_t *exp_hot, int *any) {
  * the split is tested against. A parallel block's attention (falcon) stays on the CPU: that
  * step holds the FFN, which the split runs (the plan spent no budget on it). So does a model
  * that routes from the layer's input (smallthinker): its router logits are computed from the
- * stream before attention (forward.c), so its attention stays on the CPU and the stream on the
+ * stream before attention (blocks.c), so its attention stays on the CPU and the stream on the
  * host, and the split takes the logits from there (pi_moe_route). A dense layer's
  * hot neurons come first in its layout; an MoE layer's hot runs are marked in exp_hot. */
 static int split(pi_context *c) {
