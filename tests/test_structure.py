@@ -116,3 +116,24 @@ def test_batch_engine_reads_no_private_name_of_its_llama():
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "llama"
                 for alias in node.names}
     assert imported <= {"Llama"}  # for the annotation only
+
+
+def test_every_source_file_is_in_the_layout():
+    """docs/DEVELOPING.md's layout names every native source and Python module, so a reader finds
+    where each job lives (a glob such as isa_*.h counts, and a header is named with its .c)."""
+    import fnmatch
+    import re
+
+    text = (ROOT / "docs" / "DEVELOPING.md").read_text()
+    layout = text[text.index("## Layout"):]
+    named = set(re.findall(r"[\w*]+\.(?:c|h|cu|cuh|cpp|py)\b", layout))
+    sources = [p for top in ("native", "pypowerinfer") for p in (ROOT / top).rglob("*")
+               if p.suffix in {".c", ".h", ".cu", ".cuh", ".cpp", ".py"} and "__pycache__" not in p.parts]
+
+    def is_named(p: Path) -> bool:
+        names = [p.name] + ([p.stem + s for s in (".c", ".cu", ".cpp")] if p.suffix in (".h", ".cuh") else [])
+        return any(fnmatch.fnmatch(name, n) for name in names for n in named)
+
+    missing = sorted(str(p.relative_to(ROOT)) for p in sources
+                     if p.name not in ("__init__.py", "__main__.py") and not is_named(p))
+    assert missing == []

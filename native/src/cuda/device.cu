@@ -1,5 +1,5 @@
-// device.cu - CUDA device discovery. The CUDA backend ([hybrid] issue) grows from here; this
-// file keeps the nvcc build and link path exercised in CI, where no GPU is present.
+// device.cu - CUDA device discovery, compiled and linked by every nvcc build (CI's too, where no
+// GPU is present).
 #include <cuda_runtime.h>
 
 #include "powerinfer.h"
