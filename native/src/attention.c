@@ -43,16 +43,16 @@ static void pair_worker(void *arg, int ith, int nth) {
     const pi_model *m = c->model;
     const int n_head = m->info.n_head, hd = m->head_dim, group = n_head / m->info.n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-    const uint8_t *k_layer = c->k_cache + (size_t)a->layer * c->n_ctx * c->k_row;
-    const uint8_t *v_layer = c->v_cache + (size_t)a->layer * c->n_ctx * c->v_row;
+    const uint8_t *k_layer = c->kv.k_cache + (size_t)a->layer * c->n_ctx * c->kv.k_row;
+    const uint8_t *v_layer = c->kv.v_cache + (size_t)a->layer * c->n_ctx * c->kv.v_row;
     /* a head's slice of a row: whole blocks (pi_context_alloc checks head_dim) */
     const size_t k_head = pi_kv_row_bytes(c->params.type_k, (size_t)hd), v_head = pi_kv_row_bytes(c->params.type_v, (size_t)hd);
     float *att = c->att + (size_t)ith * c->att_rows * c->n_ctx;
     for (int item = ith; item < a->n * n_head; item += nth) {
         const int t = item / n_head, h = item % n_head;
         const int first = c->tok_row0[t] + first_key(c, a->local, t), n = c->tok_row0[t] + c->tok_pos[t] + 1 - first;
-        pi_kv_scores(c, t, h, k_layer + (size_t)(h / group) * k_head + (size_t)first * c->k_row, n, scale, att);
-        pi_kv_mix(c, att, softmax(c, att, n), v_layer + (size_t)(h / group) * v_head + (size_t)first * c->v_row, n,
+        pi_kv_scores(c, t, h, k_layer + (size_t)(h / group) * k_head + (size_t)first * c->kv.k_row, n, scale, att);
+        pi_kv_mix(c, att, softmax(c, att, n), v_layer + (size_t)(h / group) * v_head + (size_t)first * c->kv.v_row, n,
                   a->out + ((size_t)t * n_head + h) * hd);
     }
 }
@@ -66,12 +66,12 @@ static void tile(const attn_task *a, int t0, int nt, int h0, int nh, float *att)
     const pi_context *c = a->c;
     const pi_model *m = c->model;
     const int n_head = m->info.n_head, hd = m->head_dim, group = n_head / m->info.n_head_kv;
-    const size_t stride = c->k_row / sizeof(pi_fp16), head = (size_t)(h0 / group) * hd;
+    const size_t stride = c->kv.k_row / sizeof(pi_fp16), head = (size_t)(h0 / group) * hd;
     /* the block's keys: from its first token's first key to its last token's position */
     const int first = first_key(c, a->local, t0), n = c->tok_pos[t0 + nt - 1] + 1 - first;
     const size_t row = (size_t)a->layer * c->n_ctx + (size_t)c->tok_row0[t0] + (size_t)first;
-    const pi_fp16 *k = (const pi_fp16 *)(c->k_cache + row * c->k_row) + head;
-    const pi_fp16 *v = (const pi_fp16 *)(c->v_cache + row * c->v_row) + head;
+    const pi_fp16 *k = (const pi_fp16 *)(c->kv.k_cache + row * c->kv.k_row) + head;
+    const pi_fp16 *v = (const pi_fp16 *)(c->kv.v_cache + row * c->kv.v_row) + head;
     const float *q[PI_ATT_ROWS];
     float *out[PI_ATT_ROWS];
     int lo[PI_ATT_ROWS], hi[PI_ATT_ROWS];

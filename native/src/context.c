@@ -96,8 +96,8 @@ static int kv_types(pi_context *c) {
                                 "head_dim is %d: use f16", pi_type_name((uint32_t)types[i]), QK, m->head_dim);
     }
     const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
-    c->k_row = pi_kv_row_bytes(types[0], kv_dim);
-    c->v_row = pi_kv_row_bytes(types[1], kv_dim);
+    c->kv.k_row = pi_kv_row_bytes(types[0], kv_dim);
+    c->kv.v_row = pi_kv_row_bytes(types[1], kv_dim);
     return PI_OK;
 }
 
@@ -117,7 +117,7 @@ static int refuse_memory(const pi_context *c, const buffer_sizes *s, double need
     return pi_set_error(PI_ERR_NOMEM,
                         "a context of n_ctx=%u needs %.1f MiB (KV cache %.1f MiB, K %s, V %s), more than the %.1f MiB of "
                         "RAM; its KV cache needs %.1f MiB in f16, %.1f MiB in q8_0, %.1f MiB in q4_0 (type_k = type_v): %s would fit",
-                        c->n_ctx, need / 1048576.0, kv_bytes(s, c->k_row, c->v_row) / 1048576.0,
+                        c->n_ctx, need / 1048576.0, kv_bytes(s, c->kv.k_row, c->kv.v_row) / 1048576.0,
                         pi_type_name((uint32_t)c->params.type_k), pi_type_name((uint32_t)c->params.type_v),
                         phys / 1048576.0, f16 / 1048576.0, in[0] / 1048576.0, in[1] / 1048576.0,
                         *fits ? fits : "none of them");
@@ -134,11 +134,11 @@ int pi_context_alloc(pi_context *c) {
     if (rc) return rc;
 
     /* refuse before allocating: a KV cache larger than the machine's memory cannot work */
-    const double need = scratch_bytes(&s) + kv_bytes(&s, c->k_row, c->v_row);
+    const double need = scratch_bytes(&s) + kv_bytes(&s, c->kv.k_row, c->kv.v_row);
     const double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (phys > 0 && need > phys) return refuse_memory(c, &s, need, phys);
-    c->k_cache = calloc(s.kv_rows, c->k_row);
-    c->v_cache = calloc(s.kv_rows, c->v_row);
+    c->kv.k_cache = calloc(s.kv_rows, c->kv.k_row);
+    c->kv.v_cache = calloc(s.kv_rows, c->kv.v_row);
     c->x = malloc(s.x * sizeof(float));
     c->xn = malloc(s.xn * sizeof(float));
     c->xq.q = malloc(s.xq * sizeof(block_q8x));
@@ -184,15 +184,15 @@ int pi_context_alloc(pi_context *c) {
     c->moe_q.q = malloc((s.moe_q + 1) * sizeof(block_q8x));
     c->moe_q.k = s.moe_k ? malloc(s.moe_k * sizeof(block_q8k)) : NULL;
     /* small: not in the memory check */
-    c->seq_len = calloc((size_t)c->n_seq, sizeof(int32_t));
+    c->kv.seq_len = calloc((size_t)c->kv.n_seq, sizeof(int32_t));
     c->segs = malloc(c->n_batch * sizeof(pi_segment));
     c->tok_pos = malloc(c->n_batch * sizeof(int32_t));
     c->tok_row0 = malloc(c->n_batch * sizeof(int32_t));
     c->pick = malloc(c->n_batch * sizeof(int32_t));
     c->att_blocks = malloc(2 * c->n_batch * sizeof(int32_t));
     c->att_rows = att_rows(c->n_ctx);
-    if (!c->seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick || !c->att_blocks ||
-        !c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
+    if (!c->kv.seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick || !c->att_blocks ||
+        !c->kv.k_cache || !c->kv.v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
         (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
         !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_bytes ||
@@ -213,7 +213,7 @@ int pi_context_alloc(pi_context *c) {
 }
 
 void pi_context_release(pi_context *c) {
-    free(c->k_cache); free(c->v_cache); free(c->x); free(c->xn); free(c->xq.q); free(c->xq.k);
+    free(c->kv.k_cache); free(c->kv.v_cache); free(c->x); free(c->xn); free(c->xq.q); free(c->xq.k);
     free(c->q); free(c->k); free(c->v); free(c->gate); free(c->up); free(c->rope_cs); free(c->inv_freq); free(c->att);
     free(c->out_x); free(c->delta); free(c->out_q.q); free(c->out_q.k); free(c->logits);
     free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
@@ -221,5 +221,5 @@ void pi_context_release(pi_context *c) {
     free(c->run_rows); free(c->run_bytes); free(c->ffn_first); free(c->ffn_tokens); free(c->down_acc); free(c->embd);
     free(c->moe_probs); free(c->moe_sel); free(c->moe_sel_w); free(c->moe_first); free(c->moe_tok); free(c->moe_tok_pair); free(c->moe_weighted);
     free(c->moe_x); free(c->moe_out); free(c->moe_live); free(c->moe_q.q); free(c->moe_q.k);
-    free(c->seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick); free(c->att_blocks);
+    free(c->kv.seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick); free(c->att_blocks);
 }

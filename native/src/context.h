@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "kernels/kernels.h"
+#include "kv_format.h"
 #include "model.h"
 #include "threadpool.h"
 #include "vec.h"
@@ -24,17 +25,11 @@ struct pi_context {
     pi_model *model;            /* borrowed */
     pi_context_params params;
     uint32_t n_ctx, n_batch;
-    int32_t n_seq;              /* sequences the KV cache holds (params.n_seq_max) */
-    uint32_t seq_ctx;           /* positions per sequence: sequence s owns rows [s * seq_ctx, (s + 1) * seq_ctx) */
-    int32_t *seq_len;           /* [n_seq] positions each sequence holds */
     pi_kernels kern;
     pi_vec_ops vec;
     pi_threadpool *pool;
 
-    /* KV cache, [n_layer][n_ctx] rows of kv_dim values each, in params.type_k / type_v (kv_cache.h):
-     * f16 as llama.cpp's default, or its q8_0 / q4_0 blocks; k_row, v_row: bytes of one row */
-    uint8_t *k_cache, *v_cache;
-    size_t k_row, v_row;
+    pi_kv_cache kv;             /* its sequences and rows (kv_format.h) */
 
     /* scratch for a batch of up to n_batch tokens (B) */
     struct pi_segment *segs;    /* [B] the step's tokens by sequence, set before pi_forward */

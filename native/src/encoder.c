@@ -116,7 +116,7 @@ int pi_encode(pi_context *c, const int32_t *tokens, int n) {
         pi_norm(c, c->x, L->ffn_norm, L->ffn_norm_b, c->x, n);
     }
     memcpy(c->embd, c->x, (size_t)n * d * sizeof(float));
-    c->seq_len[0] = n;
+    c->kv.seq_len[0] = n;
     c->stats.tokens += n;
     return PI_OK;
 }

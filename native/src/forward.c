@@ -70,7 +70,7 @@ void pi_step_positions(pi_context *c) {
         const pi_segment *s = &c->segs[i];
         for (int t = 0; t < s->n; t++) {
             c->tok_pos[s->first + t] = s->pos0 + t;
-            c->tok_row0[s->first + t] = (int32_t)((uint32_t)s->seq * c->seq_ctx);
+            c->tok_row0[s->first + t] = (int32_t)((uint32_t)s->seq * c->kv.seq_ctx);
         }
     }
 }
@@ -126,7 +126,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
         if ((rc = logits_step(c, n_out, out))) return rc;
         if (m->final_softcap > 0.0f) final_softcap(c, n_out, out);
     }
-    for (int i = 0; i < c->n_segs; i++) c->seq_len[c->segs[i].seq] = c->segs[i].pos0 + c->segs[i].n;
+    for (int i = 0; i < c->n_segs; i++) c->kv.seq_len[c->segs[i].seq] = c->segs[i].pos0 + c->segs[i].n;
     c->stats.tokens += n;
     const int64_t rows_dense = dense_ffn_rows(m);
     c->stats.ffn_rows_dense += (int64_t)n * rows_dense;

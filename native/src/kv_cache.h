@@ -14,7 +14,7 @@ void pi_kv_store(pi_context *c, int il, int n);
 void pi_kv_prepare_q(pi_context *c, int n);
 
 /* out[p] = scale * q . k_p over n keys from k (a head's slice of the first row, rows
- * c->k_row bytes apart), for head h of token t of the step. */
+ * c->kv.k_row bytes apart), for head h of token t of the step. */
 void pi_kv_scores(const pi_context *c, int t, int h, const uint8_t *k, int n, float scale, float *out);
 
 /* out = inv_sum * sum_p e[p] v_p over n values from v (as k above), e the exponentials of the
