@@ -4,16 +4,12 @@
 #define PI_CONTEXT_H
 #include <stdatomic.h>
 
+#include "device/device_state.h"
 #include "kernels/kernels.h"
 #include "kv_format.h"
 #include "model.h"
 #include "threadpool.h"
 #include "vec.h"
-
-/* Which of a layer's two steps run on the device: x += attention(x), x += FFN(x) (every neuron) */
-typedef struct {
-    uint8_t attention, ffn;
-} pi_layer_steps;
 
 /* the predictor's hidden-layer slots: the CPU threads share one, a device has its own */
 enum { PI_HIDDEN_CPU = 0, PI_HIDDEN_DEVICE = 1, PI_HIDDEN_SLOTS = 2 };
@@ -91,12 +87,7 @@ struct pi_context {
      * (ffn_moe_split.h); NULL without a budget */
     struct pi_expert_split *xsplit;
 
-    /* The device (device/device.h) and the steps it takes; the others run on the CPU. The residual
-     * stream's current copy is the device's while x_on_device (device/router.h moves it). */
-    struct pi_device *device;   /* NULL: everything on the CPU */
-    pi_layer_steps *on_device;  /* [n_layer], or NULL */
-    int32_t logits_on_device;
-    int32_t x_on_device;
+    pi_device_state dev;        /* the device and the steps it takes (device/device_state.h) */
     /* [n_layer][PI_STEP_KINDS] how each layer's FFN step runs (ffn_path.h), chosen once */
     struct pi_ffn_choice *ffn_choice;
 

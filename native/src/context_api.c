@@ -239,8 +239,8 @@ PI_API uint64_t pi_context_state_size(const pi_context *c) { return c ? state_by
 /* the cache of a layer whose attention runs on the device is in device memory, which the blob
  * does not cover */
 static int refuse_offloaded_state(const pi_context *c) {
-    for (int il = 0; c->on_device && il < c->model->info.n_layer; il++)
-        if (c->on_device[il].attention)
+    for (int il = 0; c->dev.on_device && il < c->model->info.n_layer; il++)
+        if (c->dev.on_device[il].attention)
             return pi_set_error(PI_ERR_UNSUPPORTED, "saving or loading the state of a context whose attention runs on "
                                                     "the device (layer offload, or the split's placed layers) is not "
                                                     "supported");

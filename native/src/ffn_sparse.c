@@ -189,7 +189,7 @@ static void cpu_begin(pi_context *c, pi_split *s) {
 }
 
 /* the device of the split, when the context has one (a device may hold whole layers only) */
-static pi_device *split_device(const pi_context *c) { return c->hot_runs ? c->device : NULL; }
+static pi_device *split_device(const pi_context *c) { return c->hot_runs ? c->dev.device : NULL; }
 
 enum { PROBE_EVERY = 32 }; /* a relu(gate) * relu(up) layer re-measures its factors this often */
 
@@ -258,7 +258,7 @@ int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
 
 int pi_ffn_sparse_resident(pi_context *c, int layer, int n) {
     const int d = c->model->info.n_embd;
-    pi_device *dev = c->device;
+    pi_device *dev = c->dev.device;
     for (int t = 0; t < n; t++) {
         float *xn = c->xn + (size_t)t * d;
         int rc = dev->ops->split_norm(dev, layer, t, xn);

@@ -27,7 +27,7 @@ static void final_softcap(pi_context *c, int n, pi_outputs out) {
 static int attention_step(pi_context *c, int il, int n) {
     c->step_bytes += (int64_t)n * (int64_t)pi_attention_bytes(&c->model->layers[il]);
     /* a device holds one sequence (pi_context_new): the step's positions are tok_pos[0].. */
-    if (c->on_device && c->on_device[il].attention) return pi_device_attention(c, il, n, c->tok_pos[0]);
+    if (c->dev.on_device && c->dev.on_device[il].attention) return pi_device_attention(c, il, n, c->tok_pos[0]);
     const int rc = pi_x_to_host(c, n);
     return rc ? rc : pi_attention_block(c, il, n);
 }
@@ -49,7 +49,7 @@ static int ffn_step(pi_context *c, int il, int n) {
 
 static int logits_step(pi_context *c, int n, pi_outputs out) {
     c->step_bytes += (int64_t)(n - out.first) * (int64_t)pi_weight_bytes(&c->model->output);
-    if (c->logits_on_device) return pi_device_logits(c, n, out);
+    if (c->dev.logits_on_device) return pi_device_logits(c, n, out);
     const int rc = pi_x_to_host(c, n);
     return rc ? rc : pi_logits_block(c, n, out);
 }
@@ -97,7 +97,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
 
     /* x[t] = token_embd[tokens[t]], on the host */
     pi_token_rows(c, tokens, n);
-    c->x_on_device = 0;
+    c->dev.x_on_device = 0;
     c->step_bytes = (int64_t)n * (int64_t)m->token_embd.row_bytes;
     const int64_t rows_before = c->stats.ffn_rows_done;
     if (c->adapter) pi_lora_embed(c, tokens, n);

@@ -195,7 +195,7 @@ int pi_lora_attach(pi_context *c, const pi_adapter *ad, float scale) {
     }
     if (ad->model != c->model) return pi_set_error(PI_ERR_ARG, "the adapter was loaded for another model");
     if (!isfinite(scale)) return pi_set_error(PI_ERR_ARG, "LoRA scale %g is not finite", scale);
-    if (c->device)
+    if (c->dev.device)
         return pi_set_error(PI_ERR_UNSUPPORTED, "LoRA adapters run on the CPU only: this context places steps on a device "
                                                 "(layer offload or the hybrid split)");
     release_scratch(c);

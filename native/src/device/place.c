@@ -12,24 +12,24 @@
 /* The device the context asked for with the share, and the steps that then run on it. */
 static int start_device(pi_context *c, const pi_device_share *share) {
     const int n_layer = c->model->info.n_layer;
-    c->on_device = calloc((size_t)(n_layer > 0 ? n_layer : 1), sizeof *c->on_device);
-    if (!c->on_device) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
+    c->dev.on_device = calloc((size_t)(n_layer > 0 ? n_layer : 1), sizeof *c->dev.on_device);
+    if (!c->dev.on_device) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
     int device_attention = 0;
     for (int il = 0; il < n_layer; il++) {
-        c->on_device[il].attention = il >= share->first_whole || (share->attention && share->attention[il]);
-        device_attention |= c->on_device[il].attention;
+        c->dev.on_device[il].attention = il >= share->first_whole || (share->attention && share->attention[il]);
+        device_attention |= c->dev.on_device[il].attention;
         /* a parallel block's FFN runs inside its attention step */
-        c->on_device[il].ffn = il >= share->first_whole && !c->model->parallel;
+        c->dev.on_device[il].ffn = il >= share->first_whole && !c->model->parallel;
     }
     /* the device's KV cache is f16: its attention would not be the one the quantized types ask for */
     if (device_attention && (c->params.type_k != PI_TYPE_F16 || c->params.type_v != PI_TYPE_F16))
         return pi_set_error(PI_ERR_UNSUPPORTED, "a KV cache of K %s, V %s runs attention on the CPU only, and the "
                             "device would take the attention of some layers: use f16, or no device",
                             pi_type_name((uint32_t)c->params.type_k), pi_type_name((uint32_t)c->params.type_v));
-    const int rc = c->params.device == PI_DEVICE_HOST ? pi_device_host_new(c, share, &c->device)
-                                                      : pi_device_cuda_new(c, share, &c->device);
+    const int rc = c->params.device == PI_DEVICE_HOST ? pi_device_host_new(c, share, &c->dev.device)
+                                                      : pi_device_cuda_new(c, share, &c->dev.device);
     if (rc) return rc;
-    c->logits_on_device = share->output;
+    c->dev.logits_on_device = share->output;
     return PI_OK;
 }
 
@@ -139,12 +139,12 @@ int pi_place(pi_context *c) {
 }
 
 void pi_place_free(pi_context *c) {
-    if (c->device) c->device->ops->free(c->device);
-    c->device = NULL;
-    free(c->on_device);
+    if (c->dev.device) c->dev.device->ops->free(c->dev.device);
+    c->dev.device = NULL;
+    free(c->dev.on_device);
     free(c->hot_runs);
     free(c->layout);
     pi_expert_split_free(c);
-    c->on_device = NULL;
+    c->dev.on_device = NULL;
     c->hot_runs = c->layout = NULL;
 }
