@@ -156,20 +156,20 @@ int pi_context_alloc(pi_context *c) {
     c->out_q.q = malloc(s.out_q * sizeof(block_q8x));
     c->out_q.k = s.out_k ? malloc(s.out_k * sizeof(block_q8k)) : NULL;
     c->logits = calloc(s.logits, sizeof(float));
-    c->pred_h = malloc(s.rank * sizeof(float));
-    c->pred_hq.q = malloc((s.rank / QK + 1) * sizeof(block_q8x));
-    c->pred_hq.k = s.rank_k ? malloc(s.rank_k * sizeof(block_q8k)) : NULL;
-    c->rank_stride = m->max_rank + QK;
-    c->pred_out = malloc(s.ff * sizeof(float));
-    c->active = malloc(s.ff * sizeof(int32_t));
-    c->active_rows = malloc(s.ff * sizeof(int32_t));
-    c->run_acc = malloc(s.run_acc * sizeof(float));
-    c->run_rows = calloc(s.runs, sizeof(int32_t));
-    c->run_bytes = calloc(s.runs, sizeof(int64_t));
-    c->ffn_first = calloc((size_t)h->n_layer, 1);
-    c->ffn_tokens = calloc((size_t)h->n_layer, sizeof(int32_t));
+    c->sparse.pred_h = malloc(s.rank * sizeof(float));
+    c->sparse.pred_hq.q = malloc((s.rank / QK + 1) * sizeof(block_q8x));
+    c->sparse.pred_hq.k = s.rank_k ? malloc(s.rank_k * sizeof(block_q8k)) : NULL;
+    c->sparse.rank_stride = m->max_rank + QK;
+    c->sparse.pred_out = malloc(s.ff * sizeof(float));
+    c->sparse.active = malloc(s.ff * sizeof(int32_t));
+    c->sparse.active_rows = malloc(s.ff * sizeof(int32_t));
+    c->sparse.run_acc = malloc(s.run_acc * sizeof(float));
+    c->sparse.run_rows = calloc(s.runs, sizeof(int32_t));
+    c->sparse.run_bytes = calloc(s.runs, sizeof(int64_t));
+    c->sparse.ffn_first = calloc((size_t)h->n_layer, 1);
+    c->sparse.ffn_tokens = calloc((size_t)h->n_layer, sizeof(int32_t));
     c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
-    c->down_acc = malloc(s.per_thread * sizeof(float));
+    c->sparse.down_acc = malloc(s.per_thread * sizeof(float));
     const size_t moe_x = s.moe_probs ? s.x : 0; /* + 1 below: a dense model's are empty */
     c->moe_probs = malloc((s.moe_probs + 1) * sizeof(float));
     c->moe_sel = malloc((s.moe_pairs + 1) * sizeof(int32_t));
@@ -194,9 +194,9 @@ int pi_context_alloc(pi_context *c) {
     if (!c->kv.seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick || !c->att_blocks ||
         !c->kv.k_cache || !c->kv.v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
-        (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
-        !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_bytes ||
-        !c->ffn_first || !c->ffn_tokens || !c->down_acc || !c->moe_probs || !c->moe_sel || !c->moe_sel_w ||
+        (s.out_k && !c->out_q.k) || !c->logits || !c->sparse.pred_h || !c->sparse.pred_hq.q || (s.rank_k && !c->sparse.pred_hq.k) ||
+        !c->sparse.pred_out || !c->sparse.active || !c->sparse.active_rows || !c->sparse.run_acc || !c->sparse.run_rows || !c->sparse.run_bytes ||
+        !c->sparse.ffn_first || !c->sparse.ffn_tokens || !c->sparse.down_acc || !c->moe_probs || !c->moe_sel || !c->moe_sel_w ||
         !c->moe_first || !c->moe_tok || !c->moe_tok_pair || !c->moe_weighted || !c->moe_x || !c->moe_out || !c->moe_live || !c->moe_q.q || (s.moe_k && !c->moe_q.k) ||
         (s.embd && !c->embd)) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", c->n_ctx, need / 1048576.0);
@@ -216,9 +216,9 @@ void pi_context_release(pi_context *c) {
     free(c->kv.k_cache); free(c->kv.v_cache); free(c->x); free(c->xn); free(c->xq.q); free(c->xq.k);
     free(c->q); free(c->k); free(c->v); free(c->gate); free(c->up); free(c->rope_cs); free(c->inv_freq); free(c->att);
     free(c->out_x); free(c->delta); free(c->out_q.q); free(c->out_q.k); free(c->logits);
-    free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
-    free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
-    free(c->run_rows); free(c->run_bytes); free(c->ffn_first); free(c->ffn_tokens); free(c->down_acc); free(c->embd);
+    free(c->sparse.pred_h); free(c->sparse.pred_hq.q); free(c->sparse.pred_hq.k);
+    free(c->sparse.pred_out); free(c->sparse.active); free(c->sparse.active_rows); free(c->sparse.run_acc);
+    free(c->sparse.run_rows); free(c->sparse.run_bytes); free(c->sparse.ffn_first); free(c->sparse.ffn_tokens); free(c->sparse.down_acc); free(c->embd);
     free(c->moe_probs); free(c->moe_sel); free(c->moe_sel_w); free(c->moe_first); free(c->moe_tok); free(c->moe_tok_pair); free(c->moe_weighted);
     free(c->moe_x); free(c->moe_out); free(c->moe_live); free(c->moe_q.q); free(c->moe_q.k);
     free(c->kv.seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick); free(c->att_blocks);

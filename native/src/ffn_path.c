@@ -26,7 +26,7 @@ static pi_ffn_path step_path(const pi_context *c, int il, int batch, pi_ffn_path
     if (c->model->parallel) return PI_FFN_IN_ATTENTION;
     if (c->dev.on_device && c->dev.on_device[il].ffn) return PI_FFN_DEVICE;
     const int resident = c->dev.on_device && c->dev.on_device[il].attention;
-    if (resident && c->hot_runs && block == PI_FFN_SPARSE) return PI_FFN_SPARSE_RESIDENT;
+    if (resident && c->sparse.hot_runs && block == PI_FFN_SPARSE) return PI_FFN_SPARSE_RESIDENT;
     if (resident && c->xsplit && !batch && c->model->layers[il].ffn_gate_inp.data) return PI_FFN_MOE_SPLIT_RESIDENT;
     return block;
 }

@@ -286,7 +286,7 @@ static void down_worker(void *arg, int ith, int nth) {
     down_task *t = arg;
     const pi_weight *w = t->w;
     const int d = (int)w->n_in;
-    float *acc = t->c->down_acc + (size_t)ith * d;
+    float *acc = t->c->sparse.down_acc + (size_t)ith * d;
     memset(acc, 0, (size_t)d * sizeof(float));
     for (int j0 = ith * DOWN_RUN; j0 < t->n; j0 += nth * DOWN_RUN) {
         const int j1 = j0 + DOWN_RUN < t->n ? j0 + DOWN_RUN : t->n;
@@ -301,7 +301,7 @@ void pi_down_by_rows(pi_context *c, const pi_weight *w, const float *a, int n, f
     const int nth = c->params.n_threads;
     pi_threadpool_run(c->pool, down_worker, &t, nth);
     const int d = (int)w->n_in;
-    memcpy(y, c->down_acc, (size_t)d * sizeof(float));
-    for (int i = 1; i < nth; i++) c->vec.axpy(1.0f, c->down_acc + (size_t)i * d, y, d);
+    memcpy(y, c->sparse.down_acc, (size_t)d * sizeof(float));
+    for (int i = 1; i < nth; i++) c->vec.axpy(1.0f, c->sparse.down_acc + (size_t)i * d, y, d);
 }
 

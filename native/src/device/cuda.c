@@ -215,7 +215,7 @@ static int upload_hot_rows(cuda_device *dev) {
     for (int il = 0; !rc && il < n_layer; il++) {
         const ffn_rows *w = &copy.layers[il];
         pi_cuda_layer *L = &layers[il];
-        const int32_t *layout = c->layout + (size_t)il * n_ff;
+        const int32_t *layout = c->sparse.layout + (size_t)il * n_ff;
         L->n_hot = copy.n_hot[il];
         if (!L->n_hot) continue;
         L->fc1 = view(&w->fc1);
@@ -247,7 +247,7 @@ int pi_device_cuda_new(pi_context *c, const pi_device_share *share, pi_device **
     dev->base.ops = &cuda_ops;
     dev->c = c;
     int rc = upload_layers(dev, share);
-    if (!rc && c->hot_runs) rc = upload_hot_rows(dev);
+    if (!rc && c->sparse.hot_runs) rc = upload_hot_rows(dev);
     if (rc) {
         cuda_free(&dev->base);
         return rc;

@@ -67,9 +67,9 @@ static int lay_out(pi_context *c, const pi_layer_placement *plan, uint8_t *hot, 
     const pi_model *m = c->model;
     const int n_ff = m->info.n_ff;
     for (int il = 0; il < m->info.n_layer; il++) {
-        int32_t *layout = c->layout + (size_t)il * n_ff;
-        c->hot_runs[il] = (plan[il].n_hot + PI_FFN_RUN - 1) / PI_FFN_RUN;
-        *any |= c->hot_runs[il] > 0;
+        int32_t *layout = c->sparse.layout + (size_t)il * n_ff;
+        c->sparse.hot_runs[il] = (plan[il].n_hot + PI_FFN_RUN - 1) / PI_FFN_RUN;
+        *any |= c->sparse.hot_runs[il] > 0;
         const int rc = pi_neuron_order(m, il, layout); /* the order first, in the layout's place */
         if (rc) return rc;
         memset(hot, 0, (size_t)n_ff);
@@ -108,10 +108,10 @@ static int split(pi_context *c) {
     pi_layer_placement *plan = malloc((size_t)n_layer * sizeof *plan);
     uint8_t *hot = moe ? calloc(exp_runs, 1) : malloc((size_t)n_ff), *attention = calloc((size_t)n_layer, 1);
     if (!moe) {
-        c->hot_runs = calloc((size_t)n_layer, sizeof(int32_t));
-        c->layout = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
+        c->sparse.hot_runs = calloc((size_t)n_layer, sizeof(int32_t));
+        c->sparse.layout = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
     }
-    int rc = !plan || !hot || !attention || (!moe && (!c->hot_runs || !c->layout))
+    int rc = !plan || !hot || !attention || (!moe && (!c->sparse.hot_runs || !c->sparse.layout))
                  ? pi_set_error(PI_ERR_NOMEM, "no memory for the placement") : PI_OK;
     if (!rc) {
         pi_placement_totals totals;
@@ -142,9 +142,9 @@ void pi_place_free(pi_context *c) {
     if (c->dev.device) c->dev.device->ops->free(c->dev.device);
     c->dev.device = NULL;
     free(c->dev.on_device);
-    free(c->hot_runs);
-    free(c->layout);
+    free(c->sparse.hot_runs);
+    free(c->sparse.layout);
     pi_expert_split_free(c);
     c->dev.on_device = NULL;
-    c->hot_runs = c->layout = NULL;
+    c->sparse.hot_runs = c->sparse.layout = NULL;
 }
