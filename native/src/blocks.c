@@ -66,8 +66,8 @@ int pi_ffn_block(pi_context *c, int il, int n, pi_ffn_path path) {
     case PI_FFN_MOE_SPLIT: rc = pi_ffn_moe_split(c, il, a); break;
     case PI_FFN_MOE:
         pi_ffn_moe(c, L, n, a);
-        if (c->capture_experts) /* the routing the MoE FFN left in moe_sel */
-            capture(c, c->capture_experts, c->moe_sel, il, n, (size_t)c->model->n_expert_used * sizeof(int32_t),
+        if (c->capture_experts) /* the routing the MoE FFN left in moe.sel */
+            capture(c, c->capture_experts, c->moe.sel, il, n, (size_t)c->model->n_expert_used * sizeof(int32_t),
                     c->capture_experts_max);
         break;
     default: pi_ffn_dense(c, L, il, n, a);
@@ -106,7 +106,7 @@ int pi_attention_block(pi_context *c, int il, int n) {
     const int d = h->n_embd, hd = m->head_dim, q_dim = h->n_head * hd, kv_dim = h->n_head_kv * hd;
     int rc;
 
-    /* smallthinker routes from the layer's input: its logits wait in moe_probs for the FFN */
+    /* smallthinker routes from the layer's input: its logits wait in moe.probs for the FFN */
     if (m->router_on_input) pi_moe_logits(c, L, n, pi_quantize(&c->kern, c->x, c->xq, n, d));
     pi_norm(c, c->x, L->attn_norm, L->attn_norm_b, c->xn, n);
     pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);

@@ -171,18 +171,18 @@ int pi_context_alloc(pi_context *c) {
     c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
     c->sparse.down_acc = malloc(s.per_thread * sizeof(float));
     const size_t moe_x = s.moe_probs ? s.x : 0; /* + 1 below: a dense model's are empty */
-    c->moe_probs = malloc((s.moe_probs + 1) * sizeof(float));
-    c->moe_sel = malloc((s.moe_pairs + 1) * sizeof(int32_t));
-    c->moe_sel_w = malloc((s.moe_pairs + 1) * sizeof(float));
-    c->moe_first = malloc(s.moe_first * sizeof(int32_t));
-    c->moe_tok = malloc((s.moe_pairs + 1) * sizeof(int32_t));
-    c->moe_tok_pair = malloc((s.moe_pairs + 1) * sizeof(int32_t));
-    c->moe_x = malloc((moe_x + 1) * sizeof(float));
-    c->moe_out = malloc((moe_x + 1) * sizeof(float));
-    c->moe_weighted = malloc((s.moe_weighted + 1) * sizeof(float));
-    c->moe_live = malloc((s.moe_live + 1) * sizeof(int32_t));
-    c->moe_q.q = malloc((s.moe_q + 1) * sizeof(block_q8x));
-    c->moe_q.k = s.moe_k ? malloc(s.moe_k * sizeof(block_q8k)) : NULL;
+    c->moe.probs = malloc((s.moe_probs + 1) * sizeof(float));
+    c->moe.sel = malloc((s.moe_pairs + 1) * sizeof(int32_t));
+    c->moe.sel_w = malloc((s.moe_pairs + 1) * sizeof(float));
+    c->moe.first = malloc(s.moe_first * sizeof(int32_t));
+    c->moe.tok = malloc((s.moe_pairs + 1) * sizeof(int32_t));
+    c->moe.tok_pair = malloc((s.moe_pairs + 1) * sizeof(int32_t));
+    c->moe.x = malloc((moe_x + 1) * sizeof(float));
+    c->moe.out = malloc((moe_x + 1) * sizeof(float));
+    c->moe.weighted = malloc((s.moe_weighted + 1) * sizeof(float));
+    c->moe.live = malloc((s.moe_live + 1) * sizeof(int32_t));
+    c->moe.q.q = malloc((s.moe_q + 1) * sizeof(block_q8x));
+    c->moe.q.k = s.moe_k ? malloc(s.moe_k * sizeof(block_q8k)) : NULL;
     /* small: not in the memory check */
     c->kv.seq_len = calloc((size_t)c->kv.n_seq, sizeof(int32_t));
     c->segs = malloc(c->n_batch * sizeof(pi_segment));
@@ -196,8 +196,8 @@ int pi_context_alloc(pi_context *c) {
         !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
         (s.out_k && !c->out_q.k) || !c->logits || !c->sparse.pred_h || !c->sparse.pred_hq.q || (s.rank_k && !c->sparse.pred_hq.k) ||
         !c->sparse.pred_out || !c->sparse.active || !c->sparse.active_rows || !c->sparse.run_acc || !c->sparse.run_rows || !c->sparse.run_bytes ||
-        !c->sparse.ffn_first || !c->sparse.ffn_tokens || !c->sparse.down_acc || !c->moe_probs || !c->moe_sel || !c->moe_sel_w ||
-        !c->moe_first || !c->moe_tok || !c->moe_tok_pair || !c->moe_weighted || !c->moe_x || !c->moe_out || !c->moe_live || !c->moe_q.q || (s.moe_k && !c->moe_q.k) ||
+        !c->sparse.ffn_first || !c->sparse.ffn_tokens || !c->sparse.down_acc || !c->moe.probs || !c->moe.sel || !c->moe.sel_w ||
+        !c->moe.first || !c->moe.tok || !c->moe.tok_pair || !c->moe.weighted || !c->moe.x || !c->moe.out || !c->moe.live || !c->moe.q.q || (s.moe_k && !c->moe.q.k) ||
         (s.embd && !c->embd)) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", c->n_ctx, need / 1048576.0);
     }
@@ -219,7 +219,7 @@ void pi_context_release(pi_context *c) {
     free(c->sparse.pred_h); free(c->sparse.pred_hq.q); free(c->sparse.pred_hq.k);
     free(c->sparse.pred_out); free(c->sparse.active); free(c->sparse.active_rows); free(c->sparse.run_acc);
     free(c->sparse.run_rows); free(c->sparse.run_bytes); free(c->sparse.ffn_first); free(c->sparse.ffn_tokens); free(c->sparse.down_acc); free(c->embd);
-    free(c->moe_probs); free(c->moe_sel); free(c->moe_sel_w); free(c->moe_first); free(c->moe_tok); free(c->moe_tok_pair); free(c->moe_weighted);
-    free(c->moe_x); free(c->moe_out); free(c->moe_live); free(c->moe_q.q); free(c->moe_q.k);
+    free(c->moe.probs); free(c->moe.sel); free(c->moe.sel_w); free(c->moe.first); free(c->moe.tok); free(c->moe.tok_pair); free(c->moe.weighted);
+    free(c->moe.x); free(c->moe.out); free(c->moe.live); free(c->moe.q.q); free(c->moe.q.k);
     free(c->kv.seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick); free(c->att_blocks);
 }

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "device/device_state.h"
+#include "ffn_moe_state.h"
 #include "ffn_sparse_state.h"
 #include "kernels/kernels.h"
 #include "kv_format.h"
@@ -44,18 +45,6 @@ struct pi_context {
     int32_t att_rows;   /* at most PI_ATT_ROWS, fewer where n_ctx is long (context.c) */
     int32_t *att_blocks; /* [B][2] first token and count of each block of an attention step */
     float *delta;       /* [B][n_embd]   output of attention or FFN before the residual add */
-    /* an MoE FFN (ffn_moe.c): k = n_expert_used pairs (token, expert) per token */
-    float *moe_probs;   /* [B][n_expert] router probabilities */
-    int32_t *moe_sel;   /* [B][k]        each token's experts, most probable first */
-    float *moe_sel_w;   /* [B][k]        and their weights */
-    int32_t *moe_first; /* [n_expert+1]  expert e's pairs are [first[e], first[e + 1]) of moe_tok */
-    int32_t *moe_tok;   /* [B*k]         the pairs' tokens, grouped by expert */
-    int32_t *moe_tok_pair; /* [B*k]      and their pairs' index t * k + rank in moe_sel */
-    float *moe_x;       /* [B][n_embd]   one expert's tokens' inputs */
-    pi_act_store moe_q; /* [B][max(n_embd, n_ff_exp)/32] (/256) those inputs quantized, then its activation product */
-    float *moe_out;     /* [B][n_embd]   its output per token */
-    float *moe_weighted; /* [B][k][n_embd] each pair's output times its weight, added in rank order */
-    int32_t *moe_live;  /* [n_ff_exp]    a ReGLU expert's neurons with a gate > 0 (ffn_moe.c) */
     float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */
     pi_act_store out_q; /* [B][n_embd/32], [B][n_embd/256] */
     float *logits;      /* [logits_rows][n_vocab] */
@@ -63,9 +52,7 @@ struct pi_context {
     int32_t logits_rows;
 
     pi_sparse_scratch sparse;   /* the sparse FFN's scratch and the hot/cold split (ffn_sparse_state.h) */
-    /* an MoE model's split: which runs of each expert are hot, and one token's scratch
-     * (ffn_moe_split.h); NULL without a budget */
-    struct pi_expert_split *xsplit;
+    pi_moe_scratch moe;         /* an MoE FFN's scratch and its expert split (ffn_moe_state.h) */
 
     pi_device_state dev;        /* the device and the steps it takes (device/device_state.h) */
     /* [n_layer][PI_STEP_KINDS] how each layer's FFN step runs (ffn_path.h), chosen once */

@@ -17,7 +17,7 @@ static int sparse(const pi_context *c, int il, int batch) {
 /* the CPU's block; a batch's MoE reads each routed expert once for all its tokens instead of splitting */
 static pi_ffn_path block_path(const pi_context *c, int il, int batch) {
     if (sparse(c, il, batch)) return PI_FFN_SPARSE;
-    if (c->model->layers[il].ffn_gate_inp.data) return !batch && c->xsplit ? PI_FFN_MOE_SPLIT : PI_FFN_MOE;
+    if (c->model->layers[il].ffn_gate_inp.data) return !batch && c->moe.split ? PI_FFN_MOE_SPLIT : PI_FFN_MOE;
     return PI_FFN_DENSE;
 }
 
@@ -27,7 +27,7 @@ static pi_ffn_path step_path(const pi_context *c, int il, int batch, pi_ffn_path
     if (c->dev.on_device && c->dev.on_device[il].ffn) return PI_FFN_DEVICE;
     const int resident = c->dev.on_device && c->dev.on_device[il].attention;
     if (resident && c->sparse.hot_runs && block == PI_FFN_SPARSE) return PI_FFN_SPARSE_RESIDENT;
-    if (resident && c->xsplit && !batch && c->model->layers[il].ffn_gate_inp.data) return PI_FFN_MOE_SPLIT_RESIDENT;
+    if (resident && c->moe.split && !batch && c->model->layers[il].ffn_gate_inp.data) return PI_FFN_MOE_SPLIT_RESIDENT;
     return block;
 }
 

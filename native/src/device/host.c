@@ -200,7 +200,7 @@ int pi_device_host_new(pi_context *c, const pi_device_share *share, pi_device **
     pthread_cond_init(&dev->cond, NULL);
     dev->x = malloc((size_t)c->n_batch * c->model->info.n_embd * sizeof(float));
     int rc = dev->x ? PI_OK : pi_set_error(PI_ERR_NOMEM, "no memory for the host device's stream");
-    if (!rc && (c->sparse.hot_runs || c->xsplit)) {
+    if (!rc && (c->sparse.hot_runs || c->moe.split)) {
         rc = c->sparse.hot_runs ? pi_hot_copy_new(c, &dev->copy) : pi_hot_experts_new(c, &dev->experts);
         if (!rc && pthread_create(&dev->thread, NULL, hot_thread, dev) != 0)
             rc = pi_set_error(PI_ERR_NOMEM, "cannot start the host device's thread");
