@@ -9,6 +9,7 @@
 #include "ffn_sparse_state.h"
 #include "kernels/kernels.h"
 #include "kv_format.h"
+#include "lora_state.h"
 #include "model.h"
 #include "threadpool.h"
 #include "vec.h"
@@ -58,12 +59,7 @@ struct pi_context {
     /* [n_layer][PI_STEP_KINDS] how each layer's FFN step runs (ffn_path.h), chosen once */
     struct pi_ffn_choice *ffn_choice;
 
-    /* a LoRA adapter (lora.h) applied to every matmul of the weights it adapts, and its scratch:
-     * [B][max_rank] of A x, [B][max_out] of B (A x), sized when it is set */
-    const struct pi_adapter *adapter;
-    float adapter_scale;
-    float *lora_mid, *lora_out;
-    pi_act_store lora_midq;
+    pi_lora_state lora;         /* a LoRA adapter and its scratch (lora_state.h) */
 
     /* profiling capture (caller's buffers, see pi_context_set_capture) */
     float *capture_ffn_in, *capture_act;

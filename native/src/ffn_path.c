@@ -10,7 +10,7 @@
 static int sparse(const pi_context *c, int il, int batch) {
     const pi_layer *L = &c->model->layers[il];
     if (!L->fc1.data || !L->ffn_down_t.data || c->capture_act) return 0;
-    if (c->adapter && c->adapter->ffn_adapted[il]) return 0;
+    if (c->lora.adapter && c->lora.adapter->ffn_adapted[il]) return 0;
     return c->params.sparse == PI_SPARSE_ALL || (c->params.sparse == PI_SPARSE_DECODE && !batch);
 }
 

@@ -100,7 +100,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
     c->dev.x_on_device = 0;
     c->step_bytes = (int64_t)n * (int64_t)m->token_embd.row_bytes;
     const int64_t rows_before = c->stats.ffn_rows_done;
-    if (c->adapter) pi_lora_embed(c, tokens, n);
+    if (c->lora.adapter) pi_lora_embed(c, tokens, n);
     if (m->embd_scale != 1.0f)
         for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
     pi_step_positions(c);

@@ -175,16 +175,16 @@ PI_API void pi_adapter_free(pi_adapter *ad) {
 PI_API int pi_adapter_n_pairs(const pi_adapter *ad) { return ad ? ad->n_pairs : 0; }
 
 static void release_scratch(pi_context *c) {
-    free(c->lora_mid);
-    free(c->lora_out);
-    free(c->lora_midq.q);
-    c->lora_mid = c->lora_out = NULL;
-    c->lora_midq.q = NULL;
+    free(c->lora.mid);
+    free(c->lora.out);
+    free(c->lora.midq.q);
+    c->lora.mid = c->lora.out = NULL;
+    c->lora.midq.q = NULL;
 }
 
 void pi_lora_detach(pi_context *c) {
     release_scratch(c);
-    c->adapter = NULL;
+    c->lora.adapter = NULL;
 }
 
 /* The scratch is sized for the adapter once here, so a step allocates nothing. */
@@ -200,14 +200,14 @@ int pi_lora_attach(pi_context *c, const pi_adapter *ad, float scale) {
                                                 "(layer offload or the hybrid split)");
     release_scratch(c);
     const size_t rows = c->n_batch; /* a step's tokens, or its positions with logits */
-    c->lora_mid = malloc(rows * (size_t)ad->max_rank * sizeof(float));
-    c->lora_out = malloc(rows * (size_t)ad->max_out * sizeof(float));
-    c->lora_midq.q = malloc(rows * ((size_t)ad->max_rank / QK + 1) * sizeof(block_q8x));
-    if (!c->lora_mid || !c->lora_out || !c->lora_midq.q) {
+    c->lora.mid = malloc(rows * (size_t)ad->max_rank * sizeof(float));
+    c->lora.out = malloc(rows * (size_t)ad->max_out * sizeof(float));
+    c->lora.midq.q = malloc(rows * ((size_t)ad->max_rank / QK + 1) * sizeof(block_q8x));
+    if (!c->lora.mid || !c->lora.out || !c->lora.midq.q) {
         release_scratch(c);
         return pi_set_error(PI_ERR_NOMEM, "no memory for the LoRA scratch of %lld outputs", (long long)ad->max_out);
     }
-    c->adapter = ad;
-    c->adapter_scale = scale;
+    c->lora.adapter = ad;
+    c->lora.scale = scale;
     return PI_OK;
 }

@@ -79,35 +79,35 @@ static void matmul_weights(pi_context *c, pi_act x, int nt, const pi_mm_target *
     pi_threadpool_run(c->pool, mm_worker, &t, nth);
 }
 
-/* Y[t] += s B mid[t] for the nt rows of rank in c->lora_mid: the second half of a pair's term */
+/* Y[t] += s B mid[t] for the nt rows of rank in c->lora.mid: the second half of a pair's term */
 static void lora_b_add(pi_context *c, const pi_lora_pair *p, int nt, float *Y) {
-    const pi_mm_target out = { &p->b, c->lora_out };
-    matmul_weights(c, pi_quantize(&c->kern, c->lora_mid, c->lora_midq, nt, (int)p->b.n_in), nt, &out, 1);
-    c->vec.axpy(pi_lora_pair_scale(c->adapter, p, c->adapter_scale), c->lora_out, Y, nt * (int)p->b.n_out);
+    const pi_mm_target out = { &p->b, c->lora.out };
+    matmul_weights(c, pi_quantize(&c->kern, c->lora.mid, c->lora.midq, nt, (int)p->b.n_in), nt, &out, 1);
+    c->vec.axpy(pi_lora_pair_scale(c->lora.adapter, p, c->lora.scale), c->lora.out, Y, nt * (int)p->b.n_out);
 }
 
 /* Y[t] += s B (A x[t]), in llama.cpp's order: A x, then B of it, scaled and added */
 static void lora_add(pi_context *c, const pi_lora_pair *p, pi_act x, int nt, float *Y) {
-    const pi_mm_target mid = { &p->a, c->lora_mid };
+    const pi_mm_target mid = { &p->a, c->lora.mid };
     matmul_weights(c, x, nt, &mid, 1);
     lora_b_add(c, p, nt, Y);
 }
 
 void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets) {
     matmul_weights(c, x, nt, targets, n_targets);
-    for (int i = 0; c->adapter && i < n_targets; i++) {
-        const pi_lora_pair *p = pi_lora_find(c->adapter, targets[i].w);
+    for (int i = 0; c->lora.adapter && i < n_targets; i++) {
+        const pi_lora_pair *p = pi_lora_find(c->lora.adapter, targets[i].w);
         if (p) lora_add(c, p, x, nt, targets[i].Y);
     }
 }
 
 /* x[t] += s B (row tokens[t] of A): the embedding's pair holds a row of rank per token */
 void pi_lora_embed(pi_context *c, const int32_t *tokens, int n) {
-    const pi_lora_pair *p = pi_lora_find(c->adapter, &c->model->token_embd);
+    const pi_lora_pair *p = pi_lora_find(c->lora.adapter, &c->model->token_embd);
     if (!p) return;
     const int rank = (int)p->a.n_in;
     for (int t = 0; t < n; t++)
-        c->kern.dequant[p->a.type](p->a.data + (size_t)tokens[t] * p->a.row_bytes, c->lora_mid + (size_t)t * rank, rank);
+        c->kern.dequant[p->a.type](p->a.data + (size_t)tokens[t] * p->a.row_bytes, c->lora.mid + (size_t)t * rank, rank);
     lora_b_add(c, p, n, c->x);
 }
 
