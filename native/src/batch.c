@@ -15,7 +15,7 @@ static int bad_seq(const pi_context *c, int32_t seq, const char *what) {
 static int check_batch(const pi_context *c, const pi_batch *b) {
     if (!b || b->n_tokens < 0 || (b->n_tokens > 0 && (!b->token || !b->pos || !b->seq || !b->logits)))
         return pi_set_error(PI_ERR_ARG, "pi_decode_batch: NULL argument or a negative n_tokens");
-    if (!c->model->info.causal || c->params.logits_all || c->embd || c->capture_ffn_in || c->capture_experts)
+    if (!c->model->info.causal || c->params.logits_all || c->embd || c->cap.ffn_in || c->cap.experts)
         return pi_set_error(PI_ERR_UNSUPPORTED, "pi_decode_batch: an encoder, logits_all, embeddings or a profiling "
                             "capture hold one sequence by position: use pi_decode");
     if (pi_check_tokens(c, b->token, b->n_tokens)) return PI_ERR_ARG;

@@ -15,7 +15,7 @@
 /* copy n rows of `row` bytes into layer `il` of a capture buffer of max rows per layer, at the
  * step's token offset */
 static void capture(const pi_context *c, void *buf, const void *rows, int il, int n, size_t row, int max) {
-    const int first = c->tok_pos[0] - c->capture_base; /* one sequence: pi_decode's */
+    const int first = c->tok_pos[0] - c->cap.base; /* one sequence: pi_decode's */
     for (int t = 0; t < n && first + t < max; t++)
         memcpy((char *)buf + ((size_t)il * max + (size_t)(first + t)) * row, (const char *)rows + (size_t)t * row, row);
 }
@@ -35,7 +35,7 @@ void pi_ffn_dense(pi_context *c, const pi_layer *L, int il, int n, pi_act a) {
         pi_add_bias(c->gate, L->ffn_up_b, n, n_ff);
     }
     pi_activate(c, c->gate, c->up, (size_t)n * n_ff);
-    if (c->capture_act) capture(c, c->capture_act, c->gate, il, n, (size_t)n_ff * sizeof(float), c->capture_max);
+    if (c->cap.act) capture(c, c->cap.act, c->gate, il, n, (size_t)n_ff * sizeof(float), c->cap.max);
     if (L->ffn_down.data) {
         const pi_mm_target down = { &L->ffn_down, c->delta };
         pi_matmul(c, pi_quantize(&c->kern, c->gate, c->xq, n, n_ff), n, &down, 1);
@@ -57,7 +57,7 @@ int pi_ffn_block(pi_context *c, int il, int n, pi_ffn_path path) {
     const int d = c->model->info.n_embd;
     int rc = PI_OK;
     pi_norm(c, c->x, L->ffn_norm, L->ffn_norm_b, c->xn, n);
-    if (c->capture_ffn_in) capture(c, c->capture_ffn_in, c->xn, il, n, (size_t)d * sizeof(float), c->capture_max);
+    if (c->cap.ffn_in) capture(c, c->cap.ffn_in, c->xn, il, n, (size_t)d * sizeof(float), c->cap.max);
     const pi_act a = pi_quantize(&c->kern, c->xn, c->xq, n, d);
     switch (path) {
     case PI_FFN_SPARSE:
@@ -66,9 +66,9 @@ int pi_ffn_block(pi_context *c, int il, int n, pi_ffn_path path) {
     case PI_FFN_MOE_SPLIT: rc = pi_ffn_moe_split(c, il, a); break;
     case PI_FFN_MOE:
         pi_ffn_moe(c, L, n, a);
-        if (c->capture_experts) /* the routing the MoE FFN left in moe.sel */
-            capture(c, c->capture_experts, c->moe.sel, il, n, (size_t)c->model->n_expert_used * sizeof(int32_t),
-                    c->capture_experts_max);
+        if (c->cap.experts) /* the routing the MoE FFN left in moe.sel */
+            capture(c, c->cap.experts, c->moe.sel, il, n, (size_t)c->model->n_expert_used * sizeof(int32_t),
+                    c->cap.experts_max);
         break;
     default: pi_ffn_dense(c, L, il, n, a);
     }

@@ -17,6 +17,13 @@
 /* the most sequences a context holds (n_seq_max) */
 enum { PI_MAX_SEQ = 256 };
 
+/* profiling capture (caller's buffers, see pi_context_set_capture), blocks.c writes them */
+typedef struct pi_capture {
+    float *ffn_in, *act;
+    int32_t max, base;          /* base: first position of the current pi_decode */
+    int32_t *experts, experts_max; /* pi_context_set_expert_capture */
+} pi_capture;
+
 struct pi_context {
     pi_model *model;            /* borrowed */
     pi_context_params params;
@@ -61,10 +68,7 @@ struct pi_context {
 
     pi_lora_state lora;         /* a LoRA adapter and its scratch (lora_state.h) */
 
-    /* profiling capture (caller's buffers, see pi_context_set_capture) */
-    float *capture_ffn_in, *capture_act;
-    int32_t capture_max, capture_base; /* capture_base: first position of the current pi_decode */
-    int32_t *capture_experts, capture_experts_max; /* pi_context_set_expert_capture */
+    pi_capture cap;             /* profiling capture, the caller's buffers */
     pi_stats stats;
     int64_t step_bytes;         /* weight bytes read by the current pi_forward step */
 };

@@ -140,7 +140,7 @@ PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens
         return pi_encode(c, tokens, n_tokens);
     }
     c->kv.seq_len[0] = pos;
-    c->capture_base = pos;
+    c->cap.base = pos;
     for (int32_t done = 0; done < n_tokens;) {
         int n = n_tokens - done < (int32_t)c->n_batch ? n_tokens - done : (int32_t)c->n_batch;
         pi_one_segment(c, n, pos + done);
@@ -160,9 +160,9 @@ PI_API int pi_context_set_capture(pi_context *c, float *ffn_in, float *act, int3
     if ((act && !ffn_in) || (ffn_in && !act && !moe) || max_tokens < 0 || (ffn_in && max_tokens == 0))
         return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: give %s and max_tokens > 0, or neither",
                             moe ? "ffn_in" : "both buffers");
-    c->capture_ffn_in = ffn_in;
-    c->capture_act = act;
-    c->capture_max = ffn_in ? max_tokens : 0;
+    c->cap.ffn_in = ffn_in;
+    c->cap.act = act;
+    c->cap.max = ffn_in ? max_tokens : 0;
     return pi_ffn_paths_choose(c); /* an activation capture runs the FFN dense */
 }
 
@@ -179,8 +179,8 @@ PI_API int pi_context_set_expert_capture(pi_context *c, int32_t *experts, int32_
         return pi_set_error(PI_ERR_UNSUPPORTED, "pi_context_set_expert_capture: a dense FFN has no experts to capture");
     if (max_tokens < 0 || (experts && max_tokens == 0))
         return pi_set_error(PI_ERR_ARG, "pi_context_set_expert_capture: give a buffer and max_tokens > 0, or neither");
-    c->capture_experts = experts;
-    c->capture_experts_max = experts ? max_tokens : 0;
+    c->cap.experts = experts;
+    c->cap.experts_max = experts ? max_tokens : 0;
     return PI_OK;
 }
 

@@ -94,7 +94,7 @@ int pi_encode(pi_context *c, const int32_t *tokens, int n) {
     if (m->position_embd.data && n > m->info.n_ctx_train)
         return pi_set_error(PI_ERR_CONTEXT, "an input of %d tokens is longer than the model's %d learned positions", n,
                             m->info.n_ctx_train);
-    if (c->dev.device || c->capture_ffn_in || c->capture_experts)
+    if (c->dev.device || c->cap.ffn_in || c->cap.experts)
         return pi_set_error(PI_ERR_UNSUPPORTED, "an encoder (%s) runs on the CPU only, without offload, hybrid split "
                             "or profiling capture", m->arch);
 

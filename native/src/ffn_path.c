@@ -9,7 +9,7 @@
  * predictors, no activation capture, and no adapter on its FFN (they know the base model only) */
 static int sparse(const pi_context *c, int il, int batch) {
     const pi_layer *L = &c->model->layers[il];
-    if (!L->fc1.data || !L->ffn_down_t.data || c->capture_act) return 0;
+    if (!L->fc1.data || !L->ffn_down_t.data || c->cap.act) return 0;
     if (c->lora.adapter && c->lora.adapter->ffn_adapted[il]) return 0;
     return c->params.sparse == PI_SPARSE_ALL || (c->params.sparse == PI_SPARSE_DECODE && !batch);
 }
