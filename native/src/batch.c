@@ -15,7 +15,7 @@ static int bad_seq(const pi_context *c, int32_t seq, const char *what) {
 static int check_batch(const pi_context *c, const pi_batch *b) {
     if (!b || b->n_tokens < 0 || (b->n_tokens > 0 && (!b->token || !b->pos || !b->seq || !b->logits)))
         return pi_set_error(PI_ERR_ARG, "pi_decode_batch: NULL argument or a negative n_tokens");
-    if (!c->model->info.causal || c->params.logits_all || c->embd || c->cap.ffn_in || c->cap.experts)
+    if (!c->model->info.causal || c->params.logits_all || c->s.embd || c->cap.ffn_in || c->cap.experts)
         return pi_set_error(PI_ERR_UNSUPPORTED, "pi_decode_batch: an encoder, logits_all, embeddings or a profiling "
                             "capture hold one sequence by position: use pi_decode");
     if (pi_check_tokens(c, b->token, b->n_tokens)) return PI_ERR_ARG;
@@ -37,23 +37,23 @@ static int check_batch(const pi_context *c, const pi_batch *b) {
                                 c->kv.seq_ctx);
         n_logits += b->logits[i] != 0;
     }
-    if (n_logits > c->logits_rows)
+    if (n_logits > c->s.logits_rows)
         return pi_set_error(PI_ERR_ARG, "pi_decode_batch: %d tokens want logits, and the context keeps %d rows "
-                            "(n_logits)", n_logits, c->logits_rows);
+                            "(n_logits)", n_logits, c->s.logits_rows);
     return PI_OK;
 }
 
 /* the segments and picked tokens of the batch's tokens [done, done + n) */
 static pi_outputs chunk_step(pi_context *c, const pi_batch *b, int32_t done, int n, float *rows) {
-    c->n_segs = 0;
+    c->s.n_segs = 0;
     int n_pick = 0;
     for (int t = 0; t < n; t++) {
         const int32_t i = done + t;
-        if (t == 0 || b->seq[i] != b->seq[i - 1]) c->segs[c->n_segs++] = (pi_segment){ t, 0, b->seq[i], b->pos[i] };
-        c->segs[c->n_segs - 1].n++;
-        if (b->logits[i]) c->pick[n_pick++] = t;
+        if (t == 0 || b->seq[i] != b->seq[i - 1]) c->s.segs[c->s.n_segs++] = (pi_segment){ t, 0, b->seq[i], b->pos[i] };
+        c->s.segs[c->s.n_segs - 1].n++;
+        if (b->logits[i]) c->s.pick[n_pick++] = t;
     }
-    return (pi_outputs){ n_pick ? 0 : n, n_pick ? rows : NULL, n_pick ? c->pick : NULL, n_pick };
+    return (pi_outputs){ n_pick ? 0 : n, n_pick ? rows : NULL, n_pick ? c->s.pick : NULL, n_pick };
 }
 
 PI_API int pi_decode_batch(pi_context *c, const pi_batch *b) {
@@ -62,7 +62,7 @@ PI_API int pi_decode_batch(pi_context *c, const pi_batch *b) {
     if (rc) return rc;
     for (int32_t i = 0; i < b->n_tokens; i++) /* each run's first position: the cache from there is dropped */
         if (i == 0 || b->seq[i] != b->seq[i - 1]) c->kv.seq_len[b->seq[i]] = b->pos[i];
-    float *rows = c->logits;
+    float *rows = c->s.logits;
     for (int32_t done = 0; done < b->n_tokens;) {
         const int n = b->n_tokens - done < (int32_t)c->n_batch ? b->n_tokens - done : (int32_t)c->n_batch;
         const pi_outputs out = chunk_step(c, b, done, n, rows);

@@ -24,17 +24,8 @@ typedef struct pi_capture {
     int32_t *experts, experts_max; /* pi_context_set_expert_capture */
 } pi_capture;
 
-struct pi_context {
-    pi_model *model;            /* borrowed */
-    pi_context_params params;
-    uint32_t n_ctx, n_batch;
-    pi_kernels kern;
-    pi_vec_ops vec;
-    pi_threadpool *pool;
-
-    pi_kv_cache kv;             /* its sequences and rows (kv_format.h) */
-
-    /* scratch for a batch of up to n_batch tokens (B) */
+/* scratch for a batch of up to n_batch tokens (B), and the step's logits and embeddings */
+typedef struct pi_scratch {
     struct pi_segment *segs;    /* [B] the step's tokens by sequence, set before pi_forward */
     int n_segs;
     int32_t *tok_pos;   /* [B] each token's position in its sequence */
@@ -43,7 +34,7 @@ struct pi_context {
     float *x;           /* [B][n_embd]   residual stream */
     float *xn;          /* [B][max_dim]  normed input of attention / FFN, then attention output */
     pi_act_store xq;    /* [B][max_dim/32] and [B][max_dim/256] quantized activations for the block formats
-                         * (the Q8_K ones NULL without K-quant weights, as in out_q and pred_hq) */
+                         * (the Q8_K ones NULL without K-quant weights, as in out_q and sparse.pred_hq) */
     float *q;           /* [B][q_dim] */
     float *k, *v;       /* [B][kv_dim]   new keys/values before they enter the cache */
     float *gate, *up;   /* [B][max(n_ff, n_ff_exp)] gate is overwritten with the activation product */
@@ -58,6 +49,19 @@ struct pi_context {
     float *logits;      /* [logits_rows][n_vocab] */
     float *embd;        /* [n_ctx][n_embd] final normed hidden states, with params.embeddings, else NULL */
     int32_t logits_rows;
+} pi_scratch;
+
+struct pi_context {
+    pi_model *model;            /* borrowed */
+    pi_context_params params;
+    uint32_t n_ctx, n_batch;
+    pi_kernels kern;
+    pi_vec_ops vec;
+    pi_threadpool *pool;
+
+    pi_kv_cache kv;             /* its sequences and rows (kv_format.h) */
+
+    pi_scratch s;               /* a step's scratch, logits and embeddings */
 
     pi_sparse_scratch sparse;   /* the sparse FFN's scratch and the hot/cold split (ffn_sparse_state.h) */
     pi_moe_scratch moe;         /* an MoE FFN's scratch and its expert split (ffn_moe_state.h) */

@@ -63,7 +63,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->kv.seq_ctx = n_ctx / (uint32_t)n_seq;
     c->params.n_threads = p.n_threads > 0 ? p.n_threads : cpu_count();
     c->params.n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : c->params.n_threads;
-    c->logits_rows = p.logits_all ? (int)n_ctx : p.n_logits > 0 ? p.n_logits : 1;
+    c->s.logits_rows = p.logits_all ? (int)n_ctx : p.n_logits > 0 ? p.n_logits : 1;
 
     int rc = pi_kernels_init(&c->kern, p.kernel_impl) == 0
                  ? PI_OK
@@ -100,10 +100,10 @@ PI_API const char *pi_context_kernels(const pi_context *c) { return c ? c->kern.
  * rows by position with logits_all, else rows 0.. in token order */
 static pi_outputs chunk_outputs(pi_context *c, int32_t n_tokens, int32_t n_logits, int32_t done, int n) {
     const size_t n_vocab = (size_t)c->model->info.n_vocab;
-    if (c->params.logits_all) return (pi_outputs){ 0, c->logits + (size_t)c->kv.seq_len[0] * n_vocab, NULL, 0 };
+    if (c->params.logits_all) return (pi_outputs){ 0, c->s.logits + (size_t)c->kv.seq_len[0] * n_vocab, NULL, 0 };
     const int32_t tail = n_tokens - n_logits; /* the first token with logits */
     const int first = tail > done ? (tail - done < n ? tail - done : n) : 0;
-    return (pi_outputs){ first, first < n ? c->logits + (size_t)(done + first - tail) * n_vocab : NULL, NULL, 0 };
+    return (pi_outputs){ first, first < n ? c->s.logits + (size_t)(done + first - tail) * n_vocab : NULL, NULL, 0 };
 }
 
 PI_API uint64_t pi_context_kv_bytes(const pi_context *c) {
@@ -125,9 +125,9 @@ PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int
 
 PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens, int32_t pos, int32_t n_logits) {
     if (!c || (!tokens && n_tokens > 0)) return pi_set_error(PI_ERR_ARG, "pi_decode: NULL argument");
-    if (!c->params.logits_all && n_tokens > 0 && (n_logits < 1 || n_logits > n_tokens || n_logits > c->logits_rows))
+    if (!c->params.logits_all && n_tokens > 0 && (n_logits < 1 || n_logits > n_tokens || n_logits > c->s.logits_rows))
         return pi_set_error(PI_ERR_ARG, "pi_decode_tail: logits for the last %d of %d tokens, but the context keeps "
-                                        "1 to %d rows (n_logits)", n_logits, n_tokens, c->logits_rows);
+                                        "1 to %d rows (n_logits)", n_logits, n_tokens, c->s.logits_rows);
     if (n_tokens < 0 || pos < 0 || pos > c->kv.seq_len[0])
         return pi_set_error(PI_ERR_ARG, "pi_decode: position %d with %d tokens is invalid (%d cached)", pos, n_tokens,
                             c->kv.seq_len[0]);
@@ -196,13 +196,13 @@ PI_API void pi_context_reset_stats(pi_context *c) {
 }
 
 PI_API float *pi_get_logits(pi_context *c, int32_t *rows) {
-    if (rows) *rows = c ? c->logits_rows : 0;
-    return c ? c->logits : NULL;
+    if (rows) *rows = c ? c->s.logits_rows : 0;
+    return c ? c->s.logits : NULL;
 }
 
 PI_API float *pi_get_embeddings(pi_context *c, int32_t *rows) {
-    if (rows) *rows = c && c->embd ? (int32_t)c->n_ctx : 0;
-    return c ? c->embd : NULL;
+    if (rows) *rows = c && c->s.embd ? (int32_t)c->n_ctx : 0;
+    return c ? c->s.embd : NULL;
 }
 
 /* ---- state: a header, then per layer the keys and then the values of positions [0, n_past),

@@ -98,10 +98,10 @@ static void expert_dense(pi_context *c, const pi_layer *L, int e, pi_act x, int 
     const int n_ff = c->model->n_ff_exp;
     const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
                     down = pi_expert_weight(&L->ffn_down_exps, e);
-    const pi_mm_target gate_up[2] = { { &gate, c->gate }, { &up, c->up } }, out = { &down, c->moe.out };
+    const pi_mm_target gate_up[2] = { { &gate, c->s.gate }, { &up, c->s.up } }, out = { &down, c->moe.out };
     pi_matmul(c, x, count, gate_up, 2);
-    pi_activate(c, c->gate, c->up, (size_t)count * n_ff);
-    pi_matmul(c, pi_quantize(&c->kern, c->gate, c->moe.q, count, n_ff), count, &out, 1);
+    pi_activate(c, c->s.gate, c->s.up, (size_t)count * n_ff);
+    pi_matmul(c, pi_quantize(&c->kern, c->s.gate, c->moe.q, count, n_ff), count, &out, 1);
     c->stats.ffn_rows_done += (int64_t)count * n_ff;
     c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + pi_weight_bytes(&up) + pi_weight_bytes(&down));
 }
@@ -162,7 +162,7 @@ int pi_reglu_token(pi_context *c, const pi_weight *gate, const pi_weight *up, co
 static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
     const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
                     down = pi_expert_weight(&L->ffn_down_exps, e);
-    const pi_reglu_scratch s = { c->gate, c->up, c->moe.live, c->moe.q, c->moe.out };
+    const pi_reglu_scratch s = { c->s.gate, c->s.up, c->moe.live, c->moe.q, c->moe.out };
     int64_t bytes;
     c->stats.ffn_rows_done += pi_reglu_token(c, &gate, &up, &down, x, &s, 1, &bytes);
     c->step_bytes += bytes;
@@ -192,7 +192,7 @@ void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {
      * graph (a mul, then one add per expert after the first) */
     const int k = m->n_expert_used;
     for (int t = 0; t < n; t++) {
-        float *y = c->delta + (size_t)t * d;
+        float *y = c->s.delta + (size_t)t * d;
         const float *w = c->moe.weighted + (size_t)t * k * d;
         memcpy(y, w, (size_t)d * sizeof(float));
         for (int j = 1; j < k; j++)

@@ -162,7 +162,7 @@ static int split_token(pi_context *c, int il, pi_act a, int resident) {
     s->split = (pi_split){ .kind = PI_SPLIT_EXPERTS, .work = s, .layer = il, .t = 0, .x = a, .resident = resident,
                            .device = c->dev.device, .n_groups = s->k, .runs = s->runs, .acc = s->acc,
                            .rows = s->rows_done, .bytes = s->bytes_done, .hot = s->slot_hot, .cold = s->out,
-                           .weight = s->weight, .y = c->delta, .cpu_unit = cpu_unit };
+                           .weight = s->weight, .y = c->s.delta, .cpu_unit = cpu_unit };
     plan_units(c, s, c->dev.device != NULL);
     const int rc = pi_split_run(c, &s->split);
     if (rc) return rc;
@@ -175,6 +175,6 @@ int pi_ffn_moe_split(pi_context *c, int il, pi_act a) { return split_token(c, il
 int pi_ffn_moe_split_resident(pi_context *c, int il) {
     const int d = c->model->info.n_embd;
     pi_device *dev = c->dev.device;
-    const int rc = dev->ops->split_norm(dev, il, 0, c->xn);
-    return rc ? rc : split_token(c, il, pi_quantize(&c->kern, c->xn, c->xq, 1, d), 1);
+    const int rc = dev->ops->split_norm(dev, il, 0, c->s.xn);
+    return rc ? rc : split_token(c, il, pi_quantize(&c->kern, c->s.xn, c->s.xq, 1, d), 1);
 }

@@ -130,7 +130,7 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
         c->sparse.run_bytes[r + i] = 0;
     }
     /* this run's slices of the scratch, by position */
-    float *logit = c->sparse.pred_out + p0, *g = c->gate + p0, *u = c->up + p0, *acc = c->sparse.run_acc + (size_t)r * d;
+    float *logit = c->sparse.pred_out + p0, *g = c->s.gate + p0, *u = c->s.up + p0, *acc = c->sparse.run_acc + (size_t)r * d;
     int32_t *pos = c->sparse.active + p0, *rows = c->sparse.active_rows + p0;
 
     k->matmul[w->fc2.type](w->fc2.data, w->fc2.row_bytes, w->rows ? w->rows + p0 : NULL, p0, nr, hq, 1, logit, nr);
@@ -248,7 +248,7 @@ static void job_for(pi_context *c, int layer, int t, pi_act x, float *y, int res
 
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
     ffn_job job;
-    job_for(c, layer, t, x, c->delta + (size_t)t * c->model->info.n_embd, 0, &job);
+    job_for(c, layer, t, x, c->s.delta + (size_t)t * c->model->info.n_embd, 0, &job);
     c->step_bytes += (int64_t)pi_predictor_bytes(job.L);
     const int rc = pi_split_run(c, &job.split);
     if (rc) return rc;
@@ -260,11 +260,11 @@ int pi_ffn_sparse_resident(pi_context *c, int layer, int n) {
     const int d = c->model->info.n_embd;
     pi_device *dev = c->dev.device;
     for (int t = 0; t < n; t++) {
-        float *xn = c->xn + (size_t)t * d;
+        float *xn = c->s.xn + (size_t)t * d;
         int rc = dev->ops->split_norm(dev, layer, t, xn);
         if (rc) return rc;
         ffn_job job;
-        job_for(c, layer, t, pi_quantize(&c->kern, xn, c->xq, 1, d), c->delta + (size_t)t * d, 1, &job);
+        job_for(c, layer, t, pi_quantize(&c->kern, xn, c->s.xq, 1, d), c->s.delta + (size_t)t * d, 1, &job);
         c->step_bytes += (int64_t)pi_predictor_bytes(job.L);
         if ((rc = pi_split_run(c, &job.split))) return rc;
         probed(c, layer, &job);

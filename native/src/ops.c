@@ -108,7 +108,7 @@ void pi_lora_embed(pi_context *c, const int32_t *tokens, int n) {
     const int rank = (int)p->a.n_in;
     for (int t = 0; t < n; t++)
         c->kern.dequant[p->a.type](p->a.data + (size_t)tokens[t] * p->a.row_bytes, c->lora.mid + (size_t)t * rank, rank);
-    lora_b_add(c, p, n, c->x);
+    lora_b_add(c, p, n, c->s.x);
 }
 
 /* ---- the token embedding ---- */
@@ -118,7 +118,7 @@ void pi_token_rows(const pi_context *c, const int32_t *tokens, int n) {
     const int d = (int)w->n_in;
     const pi_dequant_fn dequant = c->kern.dequant[w->type];
     for (int t = 0; t < n; t++) {
-        float *x = c->x + (size_t)t * d;
+        float *x = c->s.x + (size_t)t * d;
         if (!w->grouped) {
             dequant(w->data + (size_t)tokens[t] * w->row_bytes, x, d);
             continue;
@@ -203,8 +203,8 @@ void pi_rope_table(pi_context *c, int n) {
         const float step = powf(base, -2.0f / (float)m->info.n_rot), scale = k ? 1.0f : m->info.rope_freq_scale;
         const float *freqs = k ? NULL : m->rope_freqs;
         for (int t = 0; t < n; t++) {
-            float theta = (float)c->tok_pos[t];
-            float *cs = c->rope_cs + ((size_t)k * c->n_batch + t) * half * 2;
+            float theta = (float)c->s.tok_pos[t];
+            float *cs = c->s.rope_cs + ((size_t)k * c->n_batch + t) * half * 2;
             for (int i = 0; i < half; i++, theta *= step) {
                 const float angle = scale * (freqs ? theta / freqs[i] : theta);
                 cs[2 * i] = cosf(angle);
@@ -220,7 +220,7 @@ void pi_rope(const pi_context *c, float *x, int n_heads, int n, int local) {
     const int hd = c->model->head_dim, half = c->model->info.n_rot / 2;
     const int step = c->model->rope_neox ? 1 : 2, other = c->model->rope_neox ? half : 1;
     for (int t = 0; t < n; t++) {
-        const float *cs = c->rope_cs + ((size_t)local * c->n_batch + t) * half * 2;
+        const float *cs = c->s.rope_cs + ((size_t)local * c->n_batch + t) * half * 2;
         for (int h = 0; h < n_heads; h++) c->vec.rotate(x + ((size_t)t * n_heads + h) * hd, cs, half, step, other);
     }
 }

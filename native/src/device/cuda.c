@@ -180,7 +180,7 @@ static int upload_layers(cuda_device *dev, const pi_device_share *share) {
     pi_cuda_shape shape = {
         .n_embd = h->n_embd, .n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = m->head_dim,
         .n_ff = h->n_ff, .n_rot = h->n_rot, .n_ctx = (int32_t)c->n_ctx, .n_batch = (int32_t)c->n_batch,
-        .act = h->ffn_act, .norm_eps = h->norm_eps, .inv_freq = c->inv_freq,
+        .act = h->ffn_act, .norm_eps = h->norm_eps, .inv_freq = c->s.inv_freq,
     };
 #define COPY(type, name) shape.name = m->name;
     PI_BLOCK_TRAITS(COPY)

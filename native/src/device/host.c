@@ -52,12 +52,12 @@ enum { STEP_ATTENTION, STEP_FFN, STEP_LOGITS };
 /* the host's copy of the stream is out of date meanwhile, and nothing reads it */
 static int on_copy(host_device *dev, int step, int il, int n, pi_outputs out) {
     pi_context *c = dev->c;
-    float *host = c->x;
-    c->x = dev->x;
+    float *host = c->s.x;
+    c->s.x = dev->x;
     const int rc = step == STEP_ATTENTION ? pi_attention_block(c, il, n)
                  : step == STEP_FFN       ? pi_ffn_block(c, il, n, (pi_ffn_path)pi_ffn_choice_of(c, il, n).block)
                                           : pi_logits_block(c, n, out);
-    c->x = host;
+    c->s.x = host;
     return rc;
 }
 

@@ -44,7 +44,7 @@ static int layer_offload(pi_context *c) {
             return pi_set_error(PI_ERR_UNSUPPORTED, "layer offload needs ffn_down or ffn_down_t (layer %d)", il);
     /* the output too when every layer is offloaded and more asked (llama.cpp's n_layer + 1),
      * unless the host needs the final hidden states for embeddings */
-    const pi_device_share share = { first, NULL, first == 0 && (asked < 0 || asked > n_layer) && !c->embd };
+    const pi_device_share share = { first, NULL, first == 0 && (asked < 0 || asked > n_layer) && !c->s.embd };
     return start_device(c, &share);
 }
 
@@ -119,7 +119,7 @@ static int split(pi_context *c) {
         int any = 0;
         if (moe) rc = split_experts(c, hot, &any);
         else rc = lay_out(c, plan, hot, &any);
-        pi_device_share share = { n_layer, attention, totals.output_on_device && !c->embd };
+        pi_device_share share = { n_layer, attention, totals.output_on_device && !c->s.embd };
         any |= share.output;
         for (int il = 0; il < n_layer; il++) any |= attention[il] = plan[il].fixed_on_device && !m->parallel && !m->router_on_input;
         if (!rc && any && c->params.device != PI_DEVICE_NONE) rc = start_device(c, &share);

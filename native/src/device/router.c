@@ -5,14 +5,14 @@
 
 int pi_x_to_host(pi_context *c, int n) {
     if (!c->dev.x_on_device) return PI_OK;
-    const int rc = c->dev.device->ops->x_out(c->dev.device, c->x, n);
+    const int rc = c->dev.device->ops->x_out(c->dev.device, c->s.x, n);
     if (!rc) c->dev.x_on_device = 0;
     return rc;
 }
 
 int pi_x_to_device(pi_context *c, int n) {
     if (c->dev.x_on_device) return PI_OK;
-    const int rc = c->dev.device->ops->x_in(c->dev.device, c->x, n);
+    const int rc = c->dev.device->ops->x_in(c->dev.device, c->s.x, n);
     if (!rc) c->dev.x_on_device = 1;
     return rc;
 }
