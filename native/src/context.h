@@ -2,8 +2,6 @@
  * Everything is allocated once in pi_context_new; a decode step allocates nothing. */
 #ifndef PI_CONTEXT_H
 #define PI_CONTEXT_H
-#include <stdatomic.h>
-
 #include "device/device_state.h"
 #include "ffn_moe_state.h"
 #include "ffn_sparse_state.h"
