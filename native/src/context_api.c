@@ -85,7 +85,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
 PI_API void pi_context_free(pi_context *c) {
     if (!c) return;
     pi_place_free(c); /* the device first: its thread may read the pool's size */
-    pi_lora_detach(c);
+    pi_lora_detach(&c->lora);
     pi_ffn_paths_free(c);
     pi_threadpool_free(c->pool);
     pi_context_release(c);

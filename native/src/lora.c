@@ -174,23 +174,23 @@ PI_API void pi_adapter_free(pi_adapter *ad) {
 
 PI_API int pi_adapter_n_pairs(const pi_adapter *ad) { return ad ? ad->n_pairs : 0; }
 
-static void release_scratch(pi_context *c) {
-    free(c->lora.mid);
-    free(c->lora.out);
-    free(c->lora.midq.q);
-    c->lora.mid = c->lora.out = NULL;
-    c->lora.midq.q = NULL;
+static void release_scratch(pi_lora_state *l) {
+    free(l->mid);
+    free(l->out);
+    free(l->midq.q);
+    l->mid = l->out = NULL;
+    l->midq.q = NULL;
 }
 
-void pi_lora_detach(pi_context *c) {
-    release_scratch(c);
-    c->lora.adapter = NULL;
+void pi_lora_detach(pi_lora_state *l) {
+    release_scratch(l);
+    l->adapter = NULL;
 }
 
 /* The scratch is sized for the adapter once here, so a step allocates nothing. */
 int pi_lora_attach(pi_context *c, const pi_adapter *ad, float scale) {
     if (!ad) {
-        pi_lora_detach(c);
+        pi_lora_detach(&c->lora);
         return PI_OK;
     }
     if (ad->model != c->model) return pi_set_error(PI_ERR_ARG, "the adapter was loaded for another model");
@@ -198,13 +198,13 @@ int pi_lora_attach(pi_context *c, const pi_adapter *ad, float scale) {
     if (c->dev.device)
         return pi_set_error(PI_ERR_UNSUPPORTED, "LoRA adapters run on the CPU only: this context places steps on a device "
                                                 "(layer offload or the hybrid split)");
-    release_scratch(c);
+    release_scratch(&c->lora);
     const size_t rows = c->n_batch; /* a step's tokens, or its positions with logits */
     c->lora.mid = malloc(rows * (size_t)ad->max_rank * sizeof(float));
     c->lora.out = malloc(rows * (size_t)ad->max_out * sizeof(float));
     c->lora.midq.q = malloc(rows * ((size_t)ad->max_rank / QK + 1) * sizeof(block_q8x));
     if (!c->lora.mid || !c->lora.out || !c->lora.midq.q) {
-        release_scratch(c);
+        release_scratch(&c->lora);
         return pi_set_error(PI_ERR_NOMEM, "no memory for the LoRA scratch of %lld outputs", (long long)ad->max_out);
     }
     c->lora.adapter = ad;
