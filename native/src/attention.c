@@ -50,7 +50,8 @@ static void pair_worker(void *arg, int ith, int nth) {
     float *att = c->s.att + (size_t)ith * c->s.att_rows * c->n_ctx;
     for (int item = ith; item < a->n * n_head; item += nth) {
         const int t = item / n_head, h = item % n_head;
-        const int first = c->s.tok_row0[t] + first_key(c, a->local, t), n = c->s.tok_row0[t] + c->s.tok_pos[t] + 1 - first;
+        const int first = c->s.tok_row0[t] + first_key(c, a->local, t);
+        const int n = c->s.tok_row0[t] + c->s.tok_pos[t] + 1 - first;
         pi_kv_scores(c, t, h, k_layer + (size_t)(h / group) * k_head + (size_t)first * c->kv.k_row, n, scale, att);
         pi_kv_mix(c, att, softmax(c, att, n), v_layer + (size_t)(h / group) * v_head + (size_t)first * c->kv.v_row, n,
                   a->out + ((size_t)t * n_head + h) * hd);

@@ -191,14 +191,16 @@ int pi_context_alloc(pi_context *c) {
     c->s.pick = malloc(c->n_batch * sizeof(int32_t));
     c->s.att_blocks = malloc(2 * c->n_batch * sizeof(int32_t));
     c->s.att_rows = att_rows(c->n_ctx);
-    if (!c->kv.seq_len || !c->s.segs || !c->s.tok_pos || !c->s.tok_row0 || !c->s.pick || !c->s.att_blocks ||
-        !c->kv.k_cache || !c->kv.v_cache || !c->s.x || !c->s.xn || !c->s.xq.q || (s.xk && !c->s.xq.k) || !c->s.q || !c->s.k || !c->s.v ||
-        !c->s.gate || !c->s.up || !c->s.rope_cs || !c->s.inv_freq || !c->s.att || !c->s.out_x || !c->s.delta || !c->s.out_q.q ||
-        (s.out_k && !c->s.out_q.k) || !c->s.logits || !c->sparse.pred_h || !c->sparse.pred_hq.q || (s.rank_k && !c->sparse.pred_hq.k) ||
-        !c->sparse.pred_out || !c->sparse.active || !c->sparse.active_rows || !c->sparse.run_acc || !c->sparse.run_rows || !c->sparse.run_bytes ||
-        !c->sparse.ffn_first || !c->sparse.ffn_tokens || !c->sparse.down_acc || !c->moe.probs || !c->moe.sel || !c->moe.sel_w ||
-        !c->moe.first || !c->moe.tok || !c->moe.tok_pair || !c->moe.weighted || !c->moe.x || !c->moe.out || !c->moe.live || !c->moe.q.q || (s.moe_k && !c->moe.q.k) ||
-        (s.embd && !c->s.embd)) {
+    if (!c->kv.seq_len || !c->kv.k_cache || !c->kv.v_cache ||
+        !c->s.segs || !c->s.tok_pos || !c->s.tok_row0 || !c->s.pick || !c->s.att_blocks || !c->s.x || !c->s.xn ||
+        !c->s.xq.q || (s.xk && !c->s.xq.k) || !c->s.q || !c->s.k || !c->s.v || !c->s.gate || !c->s.up ||
+        !c->s.rope_cs || !c->s.inv_freq || !c->s.att || !c->s.out_x || !c->s.delta || !c->s.out_q.q ||
+        (s.out_k && !c->s.out_q.k) || !c->s.logits || (s.embd && !c->s.embd) ||
+        !c->sparse.pred_h || !c->sparse.pred_hq.q || (s.rank_k && !c->sparse.pred_hq.k) || !c->sparse.pred_out ||
+        !c->sparse.active || !c->sparse.active_rows || !c->sparse.run_acc || !c->sparse.run_rows ||
+        !c->sparse.run_bytes || !c->sparse.ffn_first || !c->sparse.ffn_tokens || !c->sparse.down_acc ||
+        !c->moe.probs || !c->moe.sel || !c->moe.sel_w || !c->moe.first || !c->moe.tok || !c->moe.tok_pair ||
+        !c->moe.weighted || !c->moe.x || !c->moe.out || !c->moe.live || !c->moe.q.q || (s.moe_k && !c->moe.q.k)) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", c->n_ctx, need / 1048576.0);
     }
     /* theta_i = pos * base^(-2i/n_rot) * freq_scale, divided by rope_freqs when the model has them */
@@ -213,13 +215,15 @@ int pi_context_alloc(pi_context *c) {
 }
 
 void pi_context_release(pi_context *c) {
-    free(c->kv.k_cache); free(c->kv.v_cache); free(c->s.x); free(c->s.xn); free(c->s.xq.q); free(c->s.xq.k);
-    free(c->s.q); free(c->s.k); free(c->s.v); free(c->s.gate); free(c->s.up); free(c->s.rope_cs); free(c->s.inv_freq); free(c->s.att);
-    free(c->s.out_x); free(c->s.delta); free(c->s.out_q.q); free(c->s.out_q.k); free(c->s.logits);
-    free(c->sparse.pred_h); free(c->sparse.pred_hq.q); free(c->sparse.pred_hq.k);
-    free(c->sparse.pred_out); free(c->sparse.active); free(c->sparse.active_rows); free(c->sparse.run_acc);
-    free(c->sparse.run_rows); free(c->sparse.run_bytes); free(c->sparse.ffn_first); free(c->sparse.ffn_tokens); free(c->sparse.down_acc); free(c->s.embd);
-    free(c->moe.probs); free(c->moe.sel); free(c->moe.sel_w); free(c->moe.first); free(c->moe.tok); free(c->moe.tok_pair); free(c->moe.weighted);
-    free(c->moe.x); free(c->moe.out); free(c->moe.live); free(c->moe.q.q); free(c->moe.q.k);
-    free(c->kv.seq_len); free(c->s.segs); free(c->s.tok_pos); free(c->s.tok_row0); free(c->s.pick); free(c->s.att_blocks);
+    free(c->kv.k_cache); free(c->kv.v_cache); free(c->kv.seq_len);
+    free(c->s.x); free(c->s.xn); free(c->s.xq.q); free(c->s.xq.k); free(c->s.q); free(c->s.k); free(c->s.v);
+    free(c->s.gate); free(c->s.up); free(c->s.rope_cs); free(c->s.inv_freq); free(c->s.att); free(c->s.out_x);
+    free(c->s.delta); free(c->s.out_q.q); free(c->s.out_q.k); free(c->s.logits); free(c->s.embd); free(c->s.segs);
+    free(c->s.tok_pos); free(c->s.tok_row0); free(c->s.pick); free(c->s.att_blocks);
+    free(c->sparse.pred_h); free(c->sparse.pred_hq.q); free(c->sparse.pred_hq.k); free(c->sparse.pred_out);
+    free(c->sparse.active); free(c->sparse.active_rows); free(c->sparse.run_acc); free(c->sparse.run_rows);
+    free(c->sparse.run_bytes); free(c->sparse.ffn_first); free(c->sparse.ffn_tokens); free(c->sparse.down_acc);
+    free(c->moe.probs); free(c->moe.sel); free(c->moe.sel_w); free(c->moe.first); free(c->moe.tok);
+    free(c->moe.tok_pair); free(c->moe.weighted); free(c->moe.x); free(c->moe.out); free(c->moe.live);
+    free(c->moe.q.q); free(c->moe.q.k);
 }

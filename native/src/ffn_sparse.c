@@ -52,7 +52,8 @@ pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot, int n_thre
     const int rank = (int)w->fc1.n_out;
     float *h = c->sparse.pred_h + (size_t)slot * c->sparse.rank_stride;
     const pi_act_store hq = { c->sparse.pred_hq.q + (size_t)slot * (c->sparse.rank_stride / QK),
-                              c->sparse.pred_hq.k ? c->sparse.pred_hq.k + (size_t)slot * (c->sparse.rank_stride / QK_K) : NULL };
+                              c->sparse.pred_hq.k ? c->sparse.pred_hq.k + (size_t)slot * (c->sparse.rank_stride / QK_K)
+                                                  : NULL };
     hidden_task task = { &c->kern, w->fc1, job->x, h };
     if (n_threads > 1) pi_threadpool_run(c->pool, hidden_worker, &task, n_threads);
     else hidden_worker(&task, 0, 1);
@@ -130,7 +131,8 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
         c->sparse.run_bytes[r + i] = 0;
     }
     /* this run's slices of the scratch, by position */
-    float *logit = c->sparse.pred_out + p0, *g = c->s.gate + p0, *u = c->s.up + p0, *acc = c->sparse.run_acc + (size_t)r * d;
+    float *logit = c->sparse.pred_out + p0, *g = c->s.gate + p0, *u = c->s.up + p0;
+    float *acc = c->sparse.run_acc + (size_t)r * d;
     int32_t *pos = c->sparse.active + p0, *rows = c->sparse.active_rows + p0;
 
     k->matmul[w->fc2.type](w->fc2.data, w->fc2.row_bytes, w->rows ? w->rows + p0 : NULL, p0, nr, hq, 1, logit, nr);
@@ -215,7 +217,8 @@ static void choose_first(pi_context *c, int layer, ffn_job *job) {
 /* after a probe token: the factor positive less often goes first */
 static void probed(pi_context *c, int layer, const ffn_job *job) {
     if (job->probe)
-        c->sparse.ffn_first[layer] = atomic_load(&c->sparse.probe_up) < atomic_load(&c->sparse.probe_gate) ? PI_FFN_FIRST_UP : PI_FFN_FIRST_GATE;
+        c->sparse.ffn_first[layer] =
+            atomic_load(&c->sparse.probe_up) < atomic_load(&c->sparse.probe_gate) ? PI_FFN_FIRST_UP : PI_FFN_FIRST_GATE;
 }
 
 /* one token's job for layer `layer`, its result into y: the split's device takes runs
@@ -239,8 +242,9 @@ static void job_for(pi_context *c, int layer, int t, pi_act x, float *y, int res
     choose_first(c, layer, job);
     pi_split *s = &job->split;
     *s = (pi_split){ .kind = PI_SPLIT_NEURONS, .work = job, .layer = layer, .t = t, .x = x, .resident = resident,
-                     .device = dev, .n_groups = 1, .runs = job->n_runs, .acc = c->sparse.run_acc, .rows = c->sparse.run_rows,
-                     .bytes = c->sparse.run_bytes, .hot = NULL, .hot_runs = job->hot_runs, .cold = y, .weight = NULL, .y = y,
+                     .device = dev, .n_groups = 1, .runs = job->n_runs, .acc = c->sparse.run_acc,
+                     .rows = c->sparse.run_rows, .bytes = c->sparse.run_bytes, .hot = NULL, .hot_runs = job->hot_runs,
+                     .cold = y, .weight = NULL, .y = y,
                      .n_cpu = job->singles + job->n_groups + job->tail, .n_dev = dev ? job->hot_runs : 0,
                      .cpu_begin = cpu_begin, .cpu_unit = cpu_unit };
     atomic_init(&s->next, 0);
