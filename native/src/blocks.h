@@ -1,4 +1,4 @@
-/* blocks.h - the CPU's blocks on c->x as it stands: x += attention(x), x += FFN(x), and the
+/* blocks.h - the CPU's blocks on c->s.x as it stands: x += attention(x), x += FFN(x), and the
  * logits. forward.c's steps run them, and so does the host stand-in device (device/host.c) on
  * its own copy of the stream; they call nothing above them. */
 #ifndef PI_BLOCKS_H

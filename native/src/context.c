@@ -96,8 +96,8 @@ static int kv_types(pi_context *c) {
                                 "head_dim is %d: use f16", pi_type_name((uint32_t)types[i]), QK, m->head_dim);
     }
     const size_t kv_dim = (size_t)m->info.n_head_kv * m->head_dim;
-    c->k_row = pi_kv_row_bytes(types[0], kv_dim);
-    c->v_row = pi_kv_row_bytes(types[1], kv_dim);
+    c->kv.k_row = pi_kv_row_bytes(types[0], kv_dim);
+    c->kv.v_row = pi_kv_row_bytes(types[1], kv_dim);
     return PI_OK;
 }
 
@@ -117,7 +117,7 @@ static int refuse_memory(const pi_context *c, const buffer_sizes *s, double need
     return pi_set_error(PI_ERR_NOMEM,
                         "a context of n_ctx=%u needs %.1f MiB (KV cache %.1f MiB, K %s, V %s), more than the %.1f MiB of "
                         "RAM; its KV cache needs %.1f MiB in f16, %.1f MiB in q8_0, %.1f MiB in q4_0 (type_k = type_v): %s would fit",
-                        c->n_ctx, need / 1048576.0, kv_bytes(s, c->k_row, c->v_row) / 1048576.0,
+                        c->n_ctx, need / 1048576.0, kv_bytes(s, c->kv.k_row, c->kv.v_row) / 1048576.0,
                         pi_type_name((uint32_t)c->params.type_k), pi_type_name((uint32_t)c->params.type_v),
                         phys / 1048576.0, f16 / 1048576.0, in[0] / 1048576.0, in[1] / 1048576.0,
                         *fits ? fits : "none of them");
@@ -127,78 +127,80 @@ int pi_context_alloc(pi_context *c) {
     const pi_model *m = c->model;
     const pi_model_info *h = &m->info;
     const int pool_size = c->params.n_threads > c->params.n_threads_batch ? c->params.n_threads : c->params.n_threads_batch;
-    buffer_sizes s = plan(m, c->n_ctx, c->n_batch, pool_size, c->logits_rows);
+    buffer_sizes s = plan(m, c->n_ctx, c->n_batch, pool_size, c->s.logits_rows);
     if (c->params.embeddings) s.embd = (size_t)c->n_ctx * h->n_embd;
 
     int rc = kv_types(c);
     if (rc) return rc;
 
     /* refuse before allocating: a KV cache larger than the machine's memory cannot work */
-    const double need = scratch_bytes(&s) + kv_bytes(&s, c->k_row, c->v_row);
+    const double need = scratch_bytes(&s) + kv_bytes(&s, c->kv.k_row, c->kv.v_row);
     const double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (phys > 0 && need > phys) return refuse_memory(c, &s, need, phys);
-    c->k_cache = calloc(s.kv_rows, c->k_row);
-    c->v_cache = calloc(s.kv_rows, c->v_row);
-    c->x = malloc(s.x * sizeof(float));
-    c->xn = malloc(s.xn * sizeof(float));
-    c->xq.q = malloc(s.xq * sizeof(block_q8x));
-    c->xq.k = s.xk ? malloc(s.xk * sizeof(block_q8k)) : NULL;
-    c->q = malloc(s.q * sizeof(float));
-    c->k = malloc(s.k * sizeof(float));
-    c->v = malloc(s.k * sizeof(float));
-    c->gate = malloc(s.gate * sizeof(float));
-    c->up = malloc(s.gate * sizeof(float));
-    c->rope_cs = malloc((s.rope + 1) * sizeof(float)); /* + 1: no rope (opt) has none */
-    c->inv_freq = malloc((s.inv_freq + 1) * sizeof(float));
-    c->att = malloc(s.att * sizeof(float));
-    c->out_x = malloc(s.out_x * sizeof(float));
-    c->delta = malloc(s.out_x * sizeof(float));
-    c->out_q.q = malloc(s.out_q * sizeof(block_q8x));
-    c->out_q.k = s.out_k ? malloc(s.out_k * sizeof(block_q8k)) : NULL;
-    c->logits = calloc(s.logits, sizeof(float));
-    c->pred_h = malloc(s.rank * sizeof(float));
-    c->pred_hq.q = malloc((s.rank / QK + 1) * sizeof(block_q8x));
-    c->pred_hq.k = s.rank_k ? malloc(s.rank_k * sizeof(block_q8k)) : NULL;
-    c->rank_stride = m->max_rank + QK;
-    c->pred_out = malloc(s.ff * sizeof(float));
-    c->active = malloc(s.ff * sizeof(int32_t));
-    c->active_rows = malloc(s.ff * sizeof(int32_t));
-    c->run_acc = malloc(s.run_acc * sizeof(float));
-    c->run_rows = calloc(s.runs, sizeof(int32_t));
-    c->run_bytes = calloc(s.runs, sizeof(int64_t));
-    c->ffn_first = calloc((size_t)h->n_layer, 1);
-    c->ffn_tokens = calloc((size_t)h->n_layer, sizeof(int32_t));
-    c->embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
-    c->down_acc = malloc(s.per_thread * sizeof(float));
+    c->kv.k_cache = calloc(s.kv_rows, c->kv.k_row);
+    c->kv.v_cache = calloc(s.kv_rows, c->kv.v_row);
+    c->s.x = malloc(s.x * sizeof(float));
+    c->s.xn = malloc(s.xn * sizeof(float));
+    c->s.xq.q = malloc(s.xq * sizeof(block_q8x));
+    c->s.xq.k = s.xk ? malloc(s.xk * sizeof(block_q8k)) : NULL;
+    c->s.q = malloc(s.q * sizeof(float));
+    c->s.k = malloc(s.k * sizeof(float));
+    c->s.v = malloc(s.k * sizeof(float));
+    c->s.gate = malloc(s.gate * sizeof(float));
+    c->s.up = malloc(s.gate * sizeof(float));
+    c->s.rope_cs = malloc((s.rope + 1) * sizeof(float)); /* + 1: no rope (opt) has none */
+    c->s.inv_freq = malloc((s.inv_freq + 1) * sizeof(float));
+    c->s.att = malloc(s.att * sizeof(float));
+    c->s.out_x = malloc(s.out_x * sizeof(float));
+    c->s.delta = malloc(s.out_x * sizeof(float));
+    c->s.out_q.q = malloc(s.out_q * sizeof(block_q8x));
+    c->s.out_q.k = s.out_k ? malloc(s.out_k * sizeof(block_q8k)) : NULL;
+    c->s.logits = calloc(s.logits, sizeof(float));
+    c->sparse.pred_h = malloc(s.rank * sizeof(float));
+    c->sparse.pred_hq.q = malloc((s.rank / QK + 1) * sizeof(block_q8x));
+    c->sparse.pred_hq.k = s.rank_k ? malloc(s.rank_k * sizeof(block_q8k)) : NULL;
+    c->sparse.rank_stride = m->max_rank + QK;
+    c->sparse.pred_out = malloc(s.ff * sizeof(float));
+    c->sparse.active = malloc(s.ff * sizeof(int32_t));
+    c->sparse.active_rows = malloc(s.ff * sizeof(int32_t));
+    c->sparse.run_acc = malloc(s.run_acc * sizeof(float));
+    c->sparse.run_rows = calloc(s.runs, sizeof(int32_t));
+    c->sparse.run_bytes = calloc(s.runs, sizeof(int64_t));
+    c->sparse.ffn_first = calloc((size_t)h->n_layer, 1);
+    c->sparse.ffn_tokens = calloc((size_t)h->n_layer, sizeof(int32_t));
+    c->s.embd = s.embd ? calloc(s.embd, sizeof(float)) : NULL;
+    c->sparse.down_acc = malloc(s.per_thread * sizeof(float));
     const size_t moe_x = s.moe_probs ? s.x : 0; /* + 1 below: a dense model's are empty */
-    c->moe_probs = malloc((s.moe_probs + 1) * sizeof(float));
-    c->moe_sel = malloc((s.moe_pairs + 1) * sizeof(int32_t));
-    c->moe_sel_w = malloc((s.moe_pairs + 1) * sizeof(float));
-    c->moe_first = malloc(s.moe_first * sizeof(int32_t));
-    c->moe_tok = malloc((s.moe_pairs + 1) * sizeof(int32_t));
-    c->moe_tok_pair = malloc((s.moe_pairs + 1) * sizeof(int32_t));
-    c->moe_x = malloc((moe_x + 1) * sizeof(float));
-    c->moe_out = malloc((moe_x + 1) * sizeof(float));
-    c->moe_weighted = malloc((s.moe_weighted + 1) * sizeof(float));
-    c->moe_live = malloc((s.moe_live + 1) * sizeof(int32_t));
-    c->moe_q.q = malloc((s.moe_q + 1) * sizeof(block_q8x));
-    c->moe_q.k = s.moe_k ? malloc(s.moe_k * sizeof(block_q8k)) : NULL;
+    c->moe.probs = malloc((s.moe_probs + 1) * sizeof(float));
+    c->moe.sel = malloc((s.moe_pairs + 1) * sizeof(int32_t));
+    c->moe.sel_w = malloc((s.moe_pairs + 1) * sizeof(float));
+    c->moe.first = malloc(s.moe_first * sizeof(int32_t));
+    c->moe.tok = malloc((s.moe_pairs + 1) * sizeof(int32_t));
+    c->moe.tok_pair = malloc((s.moe_pairs + 1) * sizeof(int32_t));
+    c->moe.x = malloc((moe_x + 1) * sizeof(float));
+    c->moe.out = malloc((moe_x + 1) * sizeof(float));
+    c->moe.weighted = malloc((s.moe_weighted + 1) * sizeof(float));
+    c->moe.live = malloc((s.moe_live + 1) * sizeof(int32_t));
+    c->moe.q.q = malloc((s.moe_q + 1) * sizeof(block_q8x));
+    c->moe.q.k = s.moe_k ? malloc(s.moe_k * sizeof(block_q8k)) : NULL;
     /* small: not in the memory check */
-    c->seq_len = calloc((size_t)c->n_seq, sizeof(int32_t));
-    c->segs = malloc(c->n_batch * sizeof(pi_segment));
-    c->tok_pos = malloc(c->n_batch * sizeof(int32_t));
-    c->tok_row0 = malloc(c->n_batch * sizeof(int32_t));
-    c->pick = malloc(c->n_batch * sizeof(int32_t));
-    c->att_blocks = malloc(2 * c->n_batch * sizeof(int32_t));
-    c->att_rows = att_rows(c->n_ctx);
-    if (!c->seq_len || !c->segs || !c->tok_pos || !c->tok_row0 || !c->pick || !c->att_blocks ||
-        !c->k_cache || !c->v_cache || !c->x || !c->xn || !c->xq.q || (s.xk && !c->xq.k) || !c->q || !c->k || !c->v ||
-        !c->gate || !c->up || !c->rope_cs || !c->inv_freq || !c->att || !c->out_x || !c->delta || !c->out_q.q ||
-        (s.out_k && !c->out_q.k) || !c->logits || !c->pred_h || !c->pred_hq.q || (s.rank_k && !c->pred_hq.k) ||
-        !c->pred_out || !c->active || !c->active_rows || !c->run_acc || !c->run_rows || !c->run_bytes ||
-        !c->ffn_first || !c->ffn_tokens || !c->down_acc || !c->moe_probs || !c->moe_sel || !c->moe_sel_w ||
-        !c->moe_first || !c->moe_tok || !c->moe_tok_pair || !c->moe_weighted || !c->moe_x || !c->moe_out || !c->moe_live || !c->moe_q.q || (s.moe_k && !c->moe_q.k) ||
-        (s.embd && !c->embd)) {
+    c->kv.seq_len = calloc((size_t)c->kv.n_seq, sizeof(int32_t));
+    c->s.segs = malloc(c->n_batch * sizeof(pi_segment));
+    c->s.tok_pos = malloc(c->n_batch * sizeof(int32_t));
+    c->s.tok_row0 = malloc(c->n_batch * sizeof(int32_t));
+    c->s.pick = malloc(c->n_batch * sizeof(int32_t));
+    c->s.att_blocks = malloc(2 * c->n_batch * sizeof(int32_t));
+    c->s.att_rows = att_rows(c->n_ctx);
+    if (!c->kv.seq_len || !c->kv.k_cache || !c->kv.v_cache ||
+        !c->s.segs || !c->s.tok_pos || !c->s.tok_row0 || !c->s.pick || !c->s.att_blocks || !c->s.x || !c->s.xn ||
+        !c->s.xq.q || (s.xk && !c->s.xq.k) || !c->s.q || !c->s.k || !c->s.v || !c->s.gate || !c->s.up ||
+        !c->s.rope_cs || !c->s.inv_freq || !c->s.att || !c->s.out_x || !c->s.delta || !c->s.out_q.q ||
+        (s.out_k && !c->s.out_q.k) || !c->s.logits || (s.embd && !c->s.embd) ||
+        !c->sparse.pred_h || !c->sparse.pred_hq.q || (s.rank_k && !c->sparse.pred_hq.k) || !c->sparse.pred_out ||
+        !c->sparse.active || !c->sparse.active_rows || !c->sparse.run_acc || !c->sparse.run_rows ||
+        !c->sparse.run_bytes || !c->sparse.ffn_first || !c->sparse.ffn_tokens || !c->sparse.down_acc ||
+        !c->moe.probs || !c->moe.sel || !c->moe.sel_w || !c->moe.first || !c->moe.tok || !c->moe.tok_pair ||
+        !c->moe.weighted || !c->moe.x || !c->moe.out || !c->moe.live || !c->moe.q.q || (s.moe_k && !c->moe.q.k)) {
         return pi_set_error(PI_ERR_NOMEM, "no memory for a context of n_ctx=%u (%.1f MiB)", c->n_ctx, need / 1048576.0);
     }
     /* theta_i = pos * base^(-2i/n_rot) * freq_scale, divided by rope_freqs when the model has them */
@@ -206,20 +208,22 @@ int pi_context_alloc(pi_context *c) {
     for (int i = 0; i < h->n_rot / 2; i++) {
         double f = pow((double)h->rope_freq_base, -2.0 * i / h->n_rot) * h->rope_freq_scale;
         if (m->rope_freqs) f /= m->rope_freqs[i];
-        c->inv_freq[i] = (float)f;
-        c->inv_freq[h->n_rot / 2 + i] = m->rope_base_local > 0.0f ? (float)pow((double)m->rope_base_local, -2.0 * i / h->n_rot) : (float)f;
+        c->s.inv_freq[i] = (float)f;
+        c->s.inv_freq[h->n_rot / 2 + i] = m->rope_base_local > 0.0f ? (float)pow((double)m->rope_base_local, -2.0 * i / h->n_rot) : (float)f;
     }
     return PI_OK;
 }
 
 void pi_context_release(pi_context *c) {
-    free(c->k_cache); free(c->v_cache); free(c->x); free(c->xn); free(c->xq.q); free(c->xq.k);
-    free(c->q); free(c->k); free(c->v); free(c->gate); free(c->up); free(c->rope_cs); free(c->inv_freq); free(c->att);
-    free(c->out_x); free(c->delta); free(c->out_q.q); free(c->out_q.k); free(c->logits);
-    free(c->pred_h); free(c->pred_hq.q); free(c->pred_hq.k);
-    free(c->pred_out); free(c->active); free(c->active_rows); free(c->run_acc);
-    free(c->run_rows); free(c->run_bytes); free(c->ffn_first); free(c->ffn_tokens); free(c->down_acc); free(c->embd);
-    free(c->moe_probs); free(c->moe_sel); free(c->moe_sel_w); free(c->moe_first); free(c->moe_tok); free(c->moe_tok_pair); free(c->moe_weighted);
-    free(c->moe_x); free(c->moe_out); free(c->moe_live); free(c->moe_q.q); free(c->moe_q.k);
-    free(c->seq_len); free(c->segs); free(c->tok_pos); free(c->tok_row0); free(c->pick); free(c->att_blocks);
+    free(c->kv.k_cache); free(c->kv.v_cache); free(c->kv.seq_len);
+    free(c->s.x); free(c->s.xn); free(c->s.xq.q); free(c->s.xq.k); free(c->s.q); free(c->s.k); free(c->s.v);
+    free(c->s.gate); free(c->s.up); free(c->s.rope_cs); free(c->s.inv_freq); free(c->s.att); free(c->s.out_x);
+    free(c->s.delta); free(c->s.out_q.q); free(c->s.out_q.k); free(c->s.logits); free(c->s.embd); free(c->s.segs);
+    free(c->s.tok_pos); free(c->s.tok_row0); free(c->s.pick); free(c->s.att_blocks);
+    free(c->sparse.pred_h); free(c->sparse.pred_hq.q); free(c->sparse.pred_hq.k); free(c->sparse.pred_out);
+    free(c->sparse.active); free(c->sparse.active_rows); free(c->sparse.run_acc); free(c->sparse.run_rows);
+    free(c->sparse.run_bytes); free(c->sparse.ffn_first); free(c->sparse.ffn_tokens); free(c->sparse.down_acc);
+    free(c->moe.probs); free(c->moe.sel); free(c->moe.sel_w); free(c->moe.first); free(c->moe.tok);
+    free(c->moe.tok_pair); free(c->moe.weighted); free(c->moe.x); free(c->moe.out); free(c->moe.live);
+    free(c->moe.q.q); free(c->moe.q.k);
 }

@@ -2,41 +2,28 @@
  * Everything is allocated once in pi_context_new; a decode step allocates nothing. */
 #ifndef PI_CONTEXT_H
 #define PI_CONTEXT_H
-#include <stdatomic.h>
-
+#include "device/device_state.h"
+#include "ffn_moe_state.h"
+#include "ffn_sparse_state.h"
 #include "kernels/kernels.h"
+#include "kv_format.h"
+#include "lora_state.h"
 #include "model.h"
 #include "threadpool.h"
 #include "vec.h"
 
-/* Which of a layer's two steps run on the device: x += attention(x), x += FFN(x) (every neuron) */
-typedef struct {
-    uint8_t attention, ffn;
-} pi_layer_steps;
-
-/* the predictor's hidden-layer slots: the CPU threads share one, a device has its own */
-enum { PI_HIDDEN_CPU = 0, PI_HIDDEN_DEVICE = 1, PI_HIDDEN_SLOTS = 2 };
-
 /* the most sequences a context holds (n_seq_max) */
 enum { PI_MAX_SEQ = 256 };
 
-struct pi_context {
-    pi_model *model;            /* borrowed */
-    pi_context_params params;
-    uint32_t n_ctx, n_batch;
-    int32_t n_seq;              /* sequences the KV cache holds (params.n_seq_max) */
-    uint32_t seq_ctx;           /* positions per sequence: sequence s owns rows [s * seq_ctx, (s + 1) * seq_ctx) */
-    int32_t *seq_len;           /* [n_seq] positions each sequence holds */
-    pi_kernels kern;
-    pi_vec_ops vec;
-    pi_threadpool *pool;
+/* profiling capture (caller's buffers, see pi_context_set_capture), blocks.c writes them */
+typedef struct pi_capture {
+    float *ffn_in, *act;
+    int32_t max, base;          /* base: first position of the current pi_decode */
+    int32_t *experts, experts_max; /* pi_context_set_expert_capture */
+} pi_capture;
 
-    /* KV cache, [n_layer][n_ctx] rows of kv_dim values each, in params.type_k / type_v (kv_cache.h):
-     * f16 as llama.cpp's default, or its q8_0 / q4_0 blocks; k_row, v_row: bytes of one row */
-    uint8_t *k_cache, *v_cache;
-    size_t k_row, v_row;
-
-    /* scratch for a batch of up to n_batch tokens (B) */
+/* scratch for a batch of up to n_batch tokens (B), and the step's logits and embeddings */
+typedef struct pi_scratch {
     struct pi_segment *segs;    /* [B] the step's tokens by sequence, set before pi_forward */
     int n_segs;
     int32_t *tok_pos;   /* [B] each token's position in its sequence */
@@ -45,7 +32,7 @@ struct pi_context {
     float *x;           /* [B][n_embd]   residual stream */
     float *xn;          /* [B][max_dim]  normed input of attention / FFN, then attention output */
     pi_act_store xq;    /* [B][max_dim/32] and [B][max_dim/256] quantized activations for the block formats
-                         * (the Q8_K ones NULL without K-quant weights, as in out_q and pred_hq) */
+                         * (the Q8_K ones NULL without K-quant weights, as in out_q and sparse.pred_hq) */
     float *q;           /* [B][q_dim] */
     float *k, *v;       /* [B][kv_dim]   new keys/values before they enter the cache */
     float *gate, *up;   /* [B][max(n_ff, n_ff_exp)] gate is overwritten with the activation product */
@@ -55,67 +42,35 @@ struct pi_context {
     int32_t att_rows;   /* at most PI_ATT_ROWS, fewer where n_ctx is long (context.c) */
     int32_t *att_blocks; /* [B][2] first token and count of each block of an attention step */
     float *delta;       /* [B][n_embd]   output of attention or FFN before the residual add */
-    /* an MoE FFN (ffn_moe.c): k = n_expert_used pairs (token, expert) per token */
-    float *moe_probs;   /* [B][n_expert] router probabilities */
-    int32_t *moe_sel;   /* [B][k]        each token's experts, most probable first */
-    float *moe_sel_w;   /* [B][k]        and their weights */
-    int32_t *moe_first; /* [n_expert+1]  expert e's pairs are [first[e], first[e + 1]) of moe_tok */
-    int32_t *moe_tok;   /* [B*k]         the pairs' tokens, grouped by expert */
-    int32_t *moe_tok_pair; /* [B*k]      and their pairs' index t * k + rank in moe_sel */
-    float *moe_x;       /* [B][n_embd]   one expert's tokens' inputs */
-    pi_act_store moe_q; /* [B][max(n_embd, n_ff_exp)/32] (/256) those inputs quantized, then its activation product */
-    float *moe_out;     /* [B][n_embd]   its output per token */
-    float *moe_weighted; /* [B][k][n_embd] each pair's output times its weight, added in rank order */
-    int32_t *moe_live;  /* [n_ff_exp]    a ReGLU expert's neurons with a gate > 0 (ffn_moe.c) */
     float *out_x;       /* [B][n_embd]   normed final hidden states of the positions with logits */
     pi_act_store out_q; /* [B][n_embd/32], [B][n_embd/256] */
     float *logits;      /* [logits_rows][n_vocab] */
     float *embd;        /* [n_ctx][n_embd] final normed hidden states, with params.embeddings, else NULL */
     int32_t logits_rows;
+} pi_scratch;
 
-    /* sparse FFN, one token at a time (ffn_sparse.h); a run fills its own slices, by position */
-    float *pred_h;      /* [2][rank_stride] predictor hidden layer of the CPU threads and of the device */
-    pi_act_store pred_hq; /* [2][rank_stride/32], [2][rank_stride/256] */
-    int32_t rank_stride;
-    float *pred_out;    /* [n_ff]          predictor logits */
-    int32_t *active;    /* [n_ff]          positions predicted to fire: a run's from its first slot on */
-    int32_t *active_rows; /* [n_ff]        their weight rows on the side that computes the run */
-    float *run_acc;     /* [n_runs][n_embd] each run's sum of down rows */
-    int32_t *run_rows;  /* [n_runs]        neurons each run computed */
-    int64_t *run_bytes; /* [n_runs]        bytes of the gate, up and down rows each run read */
-    uint8_t *ffn_first; /* [n_layer]       PI_FFN_FIRST_* of each layer (ffn_sparse.c's choose_first) */
-    int32_t *ffn_tokens; /* [n_layer]      sparse tokens each layer has computed, for its probes */
-    atomic_int probe_gate, probe_up; /* a probe token's positive gate and up values */
-    float *down_acc;    /* [n_threads][n_embd] per-thread partial sums of a transposed dense down */
+struct pi_context {
+    pi_model *model;            /* borrowed */
+    pi_context_params params;
+    uint32_t n_ctx, n_batch;
+    pi_kernels kern;
+    pi_vec_ops vec;
+    pi_threadpool *pool;
 
-    /* the hot/cold split of vram_budget: runs [0, hot_runs[layer]) of each layer are its hot
-     * neurons (placement.h), computed by the device, or by the CPU without one */
-    int32_t *hot_runs;          /* [n_layer], or NULL without a budget */
-    int32_t *layout;            /* [n_layer][n_ff] the neuron at each position (ffn_sparse.h), or NULL */
-    /* an MoE model's split: which runs of each expert are hot, and one token's scratch
-     * (ffn_moe_split.h); NULL without a budget */
-    struct pi_expert_split *xsplit;
+    pi_kv_cache kv;             /* its sequences and rows (kv_format.h) */
 
-    /* The device (device/device.h) and the steps it takes; the others run on the CPU. The residual
-     * stream's current copy is the device's while x_on_device (device/router.h moves it). */
-    struct pi_device *device;   /* NULL: everything on the CPU */
-    pi_layer_steps *on_device;  /* [n_layer], or NULL */
-    int32_t logits_on_device;
-    int32_t x_on_device;
+    pi_scratch s;               /* a step's scratch, logits and embeddings */
+
+    pi_sparse_scratch sparse;   /* the sparse FFN's scratch and the hot/cold split (ffn_sparse_state.h) */
+    pi_moe_scratch moe;         /* an MoE FFN's scratch and its expert split (ffn_moe_state.h) */
+
+    pi_device_state dev;        /* the device and the steps it takes (device/device_state.h) */
     /* [n_layer][PI_STEP_KINDS] how each layer's FFN step runs (ffn_path.h), chosen once */
     struct pi_ffn_choice *ffn_choice;
 
-    /* a LoRA adapter (lora.h) applied to every matmul of the weights it adapts, and its scratch:
-     * [B][max_rank] of A x, [B][max_out] of B (A x), sized when it is set */
-    const struct pi_adapter *adapter;
-    float adapter_scale;
-    float *lora_mid, *lora_out;
-    pi_act_store lora_midq;
+    pi_lora_state lora;         /* a LoRA adapter and its scratch (lora_state.h) */
 
-    /* profiling capture (caller's buffers, see pi_context_set_capture) */
-    float *capture_ffn_in, *capture_act;
-    int32_t capture_max, capture_base; /* capture_base: first position of the current pi_decode */
-    int32_t *capture_experts, capture_experts_max; /* pi_context_set_expert_capture */
+    pi_capture cap;             /* profiling capture, the caller's buffers */
     pi_stats stats;
     int64_t step_bytes;         /* weight bytes read by the current pi_forward step */
 };

@@ -59,11 +59,11 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
     c->params = p;
     c->n_ctx = n_ctx;
     c->n_batch = n_batch;
-    c->n_seq = n_seq;
-    c->seq_ctx = n_ctx / (uint32_t)n_seq;
+    c->kv.n_seq = n_seq;
+    c->kv.seq_ctx = n_ctx / (uint32_t)n_seq;
     c->params.n_threads = p.n_threads > 0 ? p.n_threads : cpu_count();
     c->params.n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : c->params.n_threads;
-    c->logits_rows = p.logits_all ? (int)n_ctx : p.n_logits > 0 ? p.n_logits : 1;
+    c->s.logits_rows = p.logits_all ? (int)n_ctx : p.n_logits > 0 ? p.n_logits : 1;
 
     int rc = pi_kernels_init(&c->kern, p.kernel_impl) == 0
                  ? PI_OK
@@ -85,7 +85,7 @@ PI_API int pi_context_new(pi_model *m, pi_context_params p, pi_context **out) {
 PI_API void pi_context_free(pi_context *c) {
     if (!c) return;
     pi_place_free(c); /* the device first: its thread may read the pool's size */
-    pi_lora_detach(c);
+    pi_lora_detach(&c->lora);
     pi_ffn_paths_free(c);
     pi_threadpool_free(c->pool);
     pi_context_release(c);
@@ -100,14 +100,14 @@ PI_API const char *pi_context_kernels(const pi_context *c) { return c ? c->kern.
  * rows by position with logits_all, else rows 0.. in token order */
 static pi_outputs chunk_outputs(pi_context *c, int32_t n_tokens, int32_t n_logits, int32_t done, int n) {
     const size_t n_vocab = (size_t)c->model->info.n_vocab;
-    if (c->params.logits_all) return (pi_outputs){ 0, c->logits + (size_t)c->seq_len[0] * n_vocab, NULL, 0 };
+    if (c->params.logits_all) return (pi_outputs){ 0, c->s.logits + (size_t)c->kv.seq_len[0] * n_vocab, NULL, 0 };
     const int32_t tail = n_tokens - n_logits; /* the first token with logits */
     const int first = tail > done ? (tail - done < n ? tail - done : n) : 0;
-    return (pi_outputs){ first, first < n ? c->logits + (size_t)(done + first - tail) * n_vocab : NULL, NULL, 0 };
+    return (pi_outputs){ first, first < n ? c->s.logits + (size_t)(done + first - tail) * n_vocab : NULL, NULL, 0 };
 }
 
 PI_API uint64_t pi_context_kv_bytes(const pi_context *c) {
-    return c ? (uint64_t)c->model->info.n_layer * c->n_ctx * (c->k_row + c->v_row) : 0;
+    return c ? (uint64_t)c->model->info.n_layer * c->n_ctx * (c->kv.k_row + c->kv.v_row) : 0;
 }
 
 int pi_check_tokens(const pi_context *c, const int32_t *tokens, int32_t n) {
@@ -125,22 +125,22 @@ PI_API int pi_decode(pi_context *c, const int32_t *tokens, int32_t n_tokens, int
 
 PI_API int pi_decode_tail(pi_context *c, const int32_t *tokens, int32_t n_tokens, int32_t pos, int32_t n_logits) {
     if (!c || (!tokens && n_tokens > 0)) return pi_set_error(PI_ERR_ARG, "pi_decode: NULL argument");
-    if (!c->params.logits_all && n_tokens > 0 && (n_logits < 1 || n_logits > n_tokens || n_logits > c->logits_rows))
+    if (!c->params.logits_all && n_tokens > 0 && (n_logits < 1 || n_logits > n_tokens || n_logits > c->s.logits_rows))
         return pi_set_error(PI_ERR_ARG, "pi_decode_tail: logits for the last %d of %d tokens, but the context keeps "
-                                        "1 to %d rows (n_logits)", n_logits, n_tokens, c->logits_rows);
-    if (n_tokens < 0 || pos < 0 || pos > c->seq_len[0])
+                                        "1 to %d rows (n_logits)", n_logits, n_tokens, c->s.logits_rows);
+    if (n_tokens < 0 || pos < 0 || pos > c->kv.seq_len[0])
         return pi_set_error(PI_ERR_ARG, "pi_decode: position %d with %d tokens is invalid (%d cached)", pos, n_tokens,
-                            c->seq_len[0]);
-    if ((int64_t)pos + n_tokens > (int64_t)c->seq_ctx)
+                            c->kv.seq_len[0]);
+    if ((int64_t)pos + n_tokens > (int64_t)c->kv.seq_ctx)
         return pi_set_error(PI_ERR_CONTEXT, "Requested tokens (%lld) exceed context window of %u",
-                            (long long)pos + n_tokens, c->seq_ctx);
+                            (long long)pos + n_tokens, c->kv.seq_ctx);
     if (pi_check_tokens(c, tokens, n_tokens)) return PI_ERR_ARG;
     if (!c->model->info.causal) {
         if (pos != 0) return pi_set_error(PI_ERR_ARG, "pi_decode: an encoder takes its whole input from position 0");
         return pi_encode(c, tokens, n_tokens);
     }
-    c->seq_len[0] = pos;
-    c->capture_base = pos;
+    c->kv.seq_len[0] = pos;
+    c->cap.base = pos;
     for (int32_t done = 0; done < n_tokens;) {
         int n = n_tokens - done < (int32_t)c->n_batch ? n_tokens - done : (int32_t)c->n_batch;
         pi_one_segment(c, n, pos + done);
@@ -160,9 +160,9 @@ PI_API int pi_context_set_capture(pi_context *c, float *ffn_in, float *act, int3
     if ((act && !ffn_in) || (ffn_in && !act && !moe) || max_tokens < 0 || (ffn_in && max_tokens == 0))
         return pi_set_error(PI_ERR_ARG, "pi_context_set_capture: give %s and max_tokens > 0, or neither",
                             moe ? "ffn_in" : "both buffers");
-    c->capture_ffn_in = ffn_in;
-    c->capture_act = act;
-    c->capture_max = ffn_in ? max_tokens : 0;
+    c->cap.ffn_in = ffn_in;
+    c->cap.act = act;
+    c->cap.max = ffn_in ? max_tokens : 0;
     return pi_ffn_paths_choose(c); /* an activation capture runs the FFN dense */
 }
 
@@ -179,8 +179,8 @@ PI_API int pi_context_set_expert_capture(pi_context *c, int32_t *experts, int32_
         return pi_set_error(PI_ERR_UNSUPPORTED, "pi_context_set_expert_capture: a dense FFN has no experts to capture");
     if (max_tokens < 0 || (experts && max_tokens == 0))
         return pi_set_error(PI_ERR_ARG, "pi_context_set_expert_capture: give a buffer and max_tokens > 0, or neither");
-    c->capture_experts = experts;
-    c->capture_experts_max = experts ? max_tokens : 0;
+    c->cap.experts = experts;
+    c->cap.experts_max = experts ? max_tokens : 0;
     return PI_OK;
 }
 
@@ -196,13 +196,13 @@ PI_API void pi_context_reset_stats(pi_context *c) {
 }
 
 PI_API float *pi_get_logits(pi_context *c, int32_t *rows) {
-    if (rows) *rows = c ? c->logits_rows : 0;
-    return c ? c->logits : NULL;
+    if (rows) *rows = c ? c->s.logits_rows : 0;
+    return c ? c->s.logits : NULL;
 }
 
 PI_API float *pi_get_embeddings(pi_context *c, int32_t *rows) {
-    if (rows) *rows = c && c->embd ? (int32_t)c->n_ctx : 0;
-    return c ? c->embd : NULL;
+    if (rows) *rows = c && c->s.embd ? (int32_t)c->n_ctx : 0;
+    return c ? c->s.embd : NULL;
 }
 
 /* ---- state: a header, then per layer the keys and then the values of positions [0, n_past),
@@ -218,15 +218,15 @@ typedef struct {
 } state_header;
 
 static size_t state_bytes(const pi_context *c, int32_t n_past) {
-    return sizeof(state_header) + (size_t)c->model->info.n_layer * (size_t)n_past * (c->k_row + c->v_row);
+    return sizeof(state_header) + (size_t)c->model->info.n_layer * (size_t)n_past * (c->kv.k_row + c->kv.v_row);
 }
 
 /* the caches' positions [0, n_past) to the blob after its header (save) or back (load) */
 static void copy_cache(pi_context *c, uint8_t *blob, int32_t n_past, int save) {
     uint8_t *at = blob + sizeof(state_header);
     for (int il = 0; il < c->model->info.n_layer; il++) {
-        uint8_t *caches[2] = { c->k_cache + (size_t)il * c->n_ctx * c->k_row, c->v_cache + (size_t)il * c->n_ctx * c->v_row };
-        const size_t bytes[2] = { (size_t)n_past * c->k_row, (size_t)n_past * c->v_row };
+        uint8_t *caches[2] = { c->kv.k_cache + (size_t)il * c->n_ctx * c->kv.k_row, c->kv.v_cache + (size_t)il * c->n_ctx * c->kv.v_row };
+        const size_t bytes[2] = { (size_t)n_past * c->kv.k_row, (size_t)n_past * c->kv.v_row };
         for (int i = 0; i < 2; at += bytes[i], i++) {
             if (save) memcpy(at, caches[i], bytes[i]);
             else memcpy(caches[i], at, bytes[i]);
@@ -234,13 +234,13 @@ static void copy_cache(pi_context *c, uint8_t *blob, int32_t n_past, int save) {
     }
 }
 
-PI_API uint64_t pi_context_state_size(const pi_context *c) { return c ? state_bytes(c, c->seq_len[0]) : 0; }
+PI_API uint64_t pi_context_state_size(const pi_context *c) { return c ? state_bytes(c, c->kv.seq_len[0]) : 0; }
 
 /* the cache of a layer whose attention runs on the device is in device memory, which the blob
  * does not cover */
 static int refuse_offloaded_state(const pi_context *c) {
-    for (int il = 0; c->on_device && il < c->model->info.n_layer; il++)
-        if (c->on_device[il].attention)
+    for (int il = 0; c->dev.on_device && il < c->model->info.n_layer; il++)
+        if (c->dev.on_device[il].attention)
             return pi_set_error(PI_ERR_UNSUPPORTED, "saving or loading the state of a context whose attention runs on "
                                                     "the device (layer offload, or the split's placed layers) is not "
                                                     "supported");
@@ -250,7 +250,7 @@ static int refuse_offloaded_state(const pi_context *c) {
 PI_API int pi_context_get_state(const pi_context *c, uint8_t *dst, uint64_t size) {
     if (!c || !dst) return pi_set_error(PI_ERR_ARG, "pi_context_get_state: NULL argument");
     if (refuse_offloaded_state(c)) return PI_ERR_UNSUPPORTED;
-    const int32_t n_past = c->seq_len[0];
+    const int32_t n_past = c->kv.seq_len[0];
     if (size < state_bytes(c, n_past))
         return pi_set_error(PI_ERR_ARG, "state buffer of %llu bytes is smaller than the %zu needed",
                             (unsigned long long)size, state_bytes(c, n_past));
@@ -281,13 +281,13 @@ PI_API int pi_context_set_state(pi_context *c, const uint8_t *src, uint64_t size
     if (h.n_layer != m->info.n_layer || h.kv_dim != (int32_t)kv_dim || h.n_embd != m->info.n_embd)
         return pi_set_error(PI_ERR_FORMAT, "the state is of another model (%d layers, kv %d, n_embd %d)", h.n_layer,
                             h.kv_dim, h.n_embd);
-    if (h.n_past < 0 || (uint32_t)h.n_past > c->seq_ctx)
+    if (h.n_past < 0 || (uint32_t)h.n_past > c->kv.seq_ctx)
         return pi_set_error(PI_ERR_CONTEXT, "the state holds %d positions, more than the %u of a sequence (n_ctx / "
-                            "n_seq_max)", h.n_past, c->seq_ctx);
+                            "n_seq_max)", h.n_past, c->kv.seq_ctx);
     if (size != state_bytes(c, h.n_past))
         return pi_set_error(PI_ERR_FORMAT, "state of %llu bytes, expected %zu for %d positions",
                             (unsigned long long)size, state_bytes(c, h.n_past), h.n_past);
     copy_cache(c, (uint8_t *)src, h.n_past, 0); /* reads the blob only */
-    c->seq_len[0] = h.n_past;
+    c->kv.seq_len[0] = h.n_past;
     return PI_OK;
 }

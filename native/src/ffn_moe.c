@@ -25,7 +25,7 @@ void pi_moe_logits(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const pi_matmul_fn router = pi_weight_matmul(&c->kern, r);
     for (int t0 = 0; t0 < n; t0 += ROUTER_TOKENS)
         router(r->data, r->row_bytes, NULL, 0, E, pi_act_from(a, t0), n - t0 < ROUTER_TOKENS ? n - t0 : ROUTER_TOKENS,
-               c->moe_probs + (size_t)t0 * E, E);
+               c->moe.probs + (size_t)t0 * E, E);
 }
 
 /* p = softmax(p) over n values, the sum in double as ggml's soft_max */
@@ -47,13 +47,13 @@ void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const pi_model *m = c->model;
     if (!m->router_on_input) pi_moe_logits(c, L, n, a);
     const int E = m->n_expert, k = m->n_expert_used;
-    int32_t *first = c->moe_first;
+    int32_t *first = c->moe.first;
     memset(first, 0, (size_t)(E + 1) * sizeof *first);
     for (int t = 0; t < n; t++) {
-        float *p = c->moe_probs + (size_t)t * E;
+        float *p = c->moe.probs + (size_t)t * E;
         double sum = 0.0; /* in double, as ggml's sum_rows */
-        int32_t *sel = c->moe_sel + (size_t)t * k;
-        float *w = c->moe_sel_w + (size_t)t * k;
+        int32_t *sel = c->moe.sel + (size_t)t * k;
+        float *w = c->moe.sel_w + (size_t)t * k;
         if (m->moe_gating == PI_GATING_SIGMOID) sigmoid(p, E);
         else softmax(p, E);
         for (int j = 0; j < k; j++) {
@@ -72,9 +72,9 @@ void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a) {
     /* a counting sort: first[e] walks through e's pairs, ending at e + 1's start, then shifts back */
     for (int t = 0; t < n; t++)
         for (int j = 0; j < k; j++) {
-            const int32_t slot = first[c->moe_sel[(size_t)t * k + j]]++;
-            c->moe_tok[slot] = t;
-            c->moe_tok_pair[slot] = t * k + j;
+            const int32_t slot = first[c->moe.sel[(size_t)t * k + j]]++;
+            c->moe.tok[slot] = t;
+            c->moe.tok_pair[slot] = t * k + j;
         }
     memmove(first + 1, first, (size_t)E * sizeof *first);
     first[0] = 0;
@@ -86,22 +86,22 @@ static pi_act gather(pi_context *c, pi_act a, const int32_t *tokens, int m) {
     const int d = a.n;
     for (int i = 0; i < m; i++) {
         const pi_act row = pi_act_from(a, tokens[i]);
-        memcpy(c->moe_x + (size_t)i * d, row.f, (size_t)d * sizeof(float));
-        if (a.q) memcpy(c->moe_q.q + (size_t)i * (d / QK), row.q, (size_t)(d / QK) * sizeof *row.q);
-        if (a.k) memcpy(c->moe_q.k + (size_t)i * (d / QK_K), row.k, (size_t)(d / QK_K) * sizeof *row.k);
+        memcpy(c->moe.x + (size_t)i * d, row.f, (size_t)d * sizeof(float));
+        if (a.q) memcpy(c->moe.q.q + (size_t)i * (d / QK), row.q, (size_t)(d / QK) * sizeof *row.q);
+        if (a.k) memcpy(c->moe.q.k + (size_t)i * (d / QK_K), row.k, (size_t)(d / QK_K) * sizeof *row.k);
     }
-    return (pi_act){ c->moe_x, a.q ? c->moe_q.q : NULL, a.k ? c->moe_q.k : NULL, d };
+    return (pi_act){ c->moe.x, a.q ? c->moe.q.q : NULL, a.k ? c->moe.q.k : NULL, d };
 }
 
-/* moe_out[0..count) = expert e of layer L on its count tokens x, every neuron */
+/* moe.out[0..count) = expert e of layer L on its count tokens x, every neuron */
 static void expert_dense(pi_context *c, const pi_layer *L, int e, pi_act x, int count) {
     const int n_ff = c->model->n_ff_exp;
     const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
                     down = pi_expert_weight(&L->ffn_down_exps, e);
-    const pi_mm_target gate_up[2] = { { &gate, c->gate }, { &up, c->up } }, out = { &down, c->moe_out };
+    const pi_mm_target gate_up[2] = { { &gate, c->s.gate }, { &up, c->s.up } }, out = { &down, c->moe.out };
     pi_matmul(c, x, count, gate_up, 2);
-    pi_activate(c, c->gate, c->up, (size_t)count * n_ff);
-    pi_matmul(c, pi_quantize(&c->kern, c->gate, c->moe_q, count, n_ff), count, &out, 1);
+    pi_activate(c, c->s.gate, c->s.up, (size_t)count * n_ff);
+    pi_matmul(c, pi_quantize(&c->kern, c->s.gate, c->moe.q, count, n_ff), count, &out, 1);
     c->stats.ffn_rows_done += (int64_t)count * n_ff;
     c->step_bytes += (int64_t)count * (int64_t)(pi_weight_bytes(&gate) + pi_weight_bytes(&up) + pi_weight_bytes(&down));
 }
@@ -162,7 +162,7 @@ int pi_reglu_token(pi_context *c, const pi_weight *gate, const pi_weight *up, co
 static void expert_live(pi_context *c, const pi_layer *L, int e, pi_act x) {
     const pi_weight gate = pi_expert_weight(&L->ffn_gate_exps, e), up = pi_expert_weight(&L->ffn_up_exps, e),
                     down = pi_expert_weight(&L->ffn_down_exps, e);
-    const pi_reglu_scratch s = { c->gate, c->up, c->moe_live, c->moe_q, c->moe_out };
+    const pi_reglu_scratch s = { c->s.gate, c->s.up, c->moe.live, c->moe.q, c->moe.out };
     int64_t bytes;
     c->stats.ffn_rows_done += pi_reglu_token(c, &gate, &up, &down, x, &s, 1, &bytes);
     c->step_bytes += bytes;
@@ -178,22 +178,22 @@ void pi_ffn_moe(pi_context *c, const pi_layer *L, int n, pi_act a) {
     const int d = m->info.n_embd;
     pi_moe_route(c, L, n, a);
     for (int e = 0; e < m->n_expert; e++) {
-        const int32_t p0 = c->moe_first[e], count = c->moe_first[e + 1] - p0;
+        const int32_t p0 = c->moe.first[e], count = c->moe.first[e + 1] - p0;
         if (count == 0) continue; /* not routed to: not read */
-        const pi_act x = gather(c, a, c->moe_tok + p0, count);
+        const pi_act x = gather(c, a, c->moe.tok + p0, count);
         if (m->moe_skip_rows && count == 1) expert_live(c, L, e, x);
         else expert_dense(c, L, e, x, count);
         for (int i = 0; i < count; i++) {
-            const int32_t pair = c->moe_tok_pair[p0 + i];
-            weigh(c->moe_out + (size_t)i * d, c->moe_sel_w[pair], c->moe_weighted + (size_t)pair * d, d);
+            const int32_t pair = c->moe.tok_pair[p0 + i];
+            weigh(c->moe.out + (size_t)i * d, c->moe.sel_w[pair], c->moe.weighted + (size_t)pair * d, d);
         }
     }
     /* each token's weighted experts added in rank order, the products rounded first: llama.cpp's
      * graph (a mul, then one add per expert after the first) */
     const int k = m->n_expert_used;
     for (int t = 0; t < n; t++) {
-        float *y = c->delta + (size_t)t * d;
-        const float *w = c->moe_weighted + (size_t)t * k * d;
+        float *y = c->s.delta + (size_t)t * d;
+        const float *w = c->moe.weighted + (size_t)t * k * d;
         memcpy(y, w, (size_t)d * sizeof(float));
         for (int j = 1; j < k; j++)
             for (int i = 0; i < d; i++) y[i] += w[(size_t)j * d + i];

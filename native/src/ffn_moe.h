@@ -4,14 +4,14 @@
 #define PI_FFN_MOE_H
 #include "context.h"
 
-/* c->moe_probs[0..n) = layer L's router logits of a (quantized where the router is): the FFN's
+/* c->moe.probs[0..n) = layer L's router logits of a (quantized where the router is): the FFN's
  * normed input (qwen3moe, inside pi_moe_route), or the layer's input before attention
  * (smallthinker, model.router_on_input), kept there for the FFN step of the same layer. */
 void pi_moe_logits(pi_context *c, const pi_layer *L, int n, pi_act a);
 
-/* Each of n tokens' k experts (largest probability first, c->moe_sel) and their weights, then the
- * (token, expert) pairs grouped by expert: expert e's pairs are [moe_first[e], moe_first[e + 1])
- * of moe_tok, in token order. The router runs on the calling thread (on the 8-bit form of a for a
+/* Each of n tokens' k experts (largest probability first, c->moe.sel) and their weights, then the
+ * (token, expert) pairs grouped by expert: expert e's pairs are [moe.first[e], moe.first[e + 1])
+ * of moe.tok, in token order. The router runs on the calling thread (on the 8-bit form of a for a
  * quantized router), unless the model routes from the layer's input (the logits are there). */
 void pi_moe_route(pi_context *c, const pi_layer *L, int n, pi_act a);
 /* expert e of an MoE tensor as a matrix of its own: a view, no copy */

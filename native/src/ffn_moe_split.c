@@ -22,7 +22,7 @@ int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
     }
     pi_expert_split *s = calloc(1, sizeof *s);
     if (!s) return pi_set_error(PI_ERR_NOMEM, "no memory for the expert split");
-    c->xsplit = s;
+    c->moe.split = s;
     const size_t d = (size_t)m->info.n_embd, ff = (size_t)m->n_ff_exp, k = (size_t)m->n_expert_used;
     s->runs = pi_model_expert_runs(m);
     s->k = (int32_t)k;
@@ -51,13 +51,13 @@ int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot) {
 }
 
 void pi_expert_split_free(pi_context *c) {
-    pi_expert_split *s = c->xsplit;
+    pi_expert_split *s = c->moe.split;
     if (!s) return;
     free(s->hot); free(s->expert); free(s->weight); free(s->slot_hot); free(s->cpu_units); free(s->dev_units);
     free(s->g); free(s->u); free(s->q); free(s->acc); free(s->live);
     free(s->rows_done); free(s->bytes_done); free(s->out);
     free(s);
-    c->xsplit = NULL;
+    c->moe.split = NULL;
 }
 
 /* the rows of a grouped weight are stored 16 at a time, a block of each after another */
@@ -124,10 +124,10 @@ static void plan_units(pi_context *c, pi_expert_split *s, int with_device) {
     const pi_model *m = c->model;
     int n_cpu = 0, n_dev = 0, j = 0;
     for (int e = 0; e < m->n_expert; e++) {
-        const int32_t p = c->moe_first[e];
-        if (c->moe_first[e + 1] == p) continue; /* not routed to */
+        const int32_t p = c->moe.first[e];
+        if (c->moe.first[e + 1] == p) continue; /* not routed to */
         s->expert[j] = e;
-        s->weight[j] = c->moe_sel_w[c->moe_tok_pair[p]];
+        s->weight[j] = c->moe.sel_w[c->moe.tok_pair[p]];
         for (int r = 0; r < s->runs; r++) {
             const int unit = j * s->runs + r, hot = is_hot(s, m, j, r);
             s->slot_hot[unit] = (uint8_t)hot;
@@ -155,15 +155,15 @@ static void cpu_unit(pi_context *c, pi_split *split, int i) {
  * the device (resident: the device merges) or on the host (delta[0] is the FFN's output). */
 static int split_token(pi_context *c, int il, pi_act a, int resident) {
     const pi_layer *L = &c->model->layers[il];
-    pi_expert_split *s = c->xsplit;
+    pi_expert_split *s = c->moe.split;
     pi_moe_route(c, L, 1, a);
     s->layer = il;
     s->x = a;
     s->split = (pi_split){ .kind = PI_SPLIT_EXPERTS, .work = s, .layer = il, .t = 0, .x = a, .resident = resident,
-                           .device = c->device, .n_groups = s->k, .runs = s->runs, .acc = s->acc,
+                           .device = c->dev.device, .n_groups = s->k, .runs = s->runs, .acc = s->acc,
                            .rows = s->rows_done, .bytes = s->bytes_done, .hot = s->slot_hot, .cold = s->out,
-                           .weight = s->weight, .y = c->delta, .cpu_unit = cpu_unit };
-    plan_units(c, s, c->device != NULL);
+                           .weight = s->weight, .y = c->s.delta, .cpu_unit = cpu_unit };
+    plan_units(c, s, c->dev.device != NULL);
     const int rc = pi_split_run(c, &s->split);
     if (rc) return rc;
     c->step_bytes += (int64_t)pi_weight_bytes(&L->ffn_gate_inp);
@@ -174,7 +174,7 @@ int pi_ffn_moe_split(pi_context *c, int il, pi_act a) { return split_token(c, il
 
 int pi_ffn_moe_split_resident(pi_context *c, int il) {
     const int d = c->model->info.n_embd;
-    pi_device *dev = c->device;
-    const int rc = dev->ops->split_norm(dev, il, 0, c->xn);
-    return rc ? rc : split_token(c, il, pi_quantize(&c->kern, c->xn, c->xq, 1, d), 1);
+    pi_device *dev = c->dev.device;
+    const int rc = dev->ops->split_norm(dev, il, 0, c->s.xn);
+    return rc ? rc : split_token(c, il, pi_quantize(&c->kern, c->s.xn, c->s.xq, 1, d), 1);
 }

@@ -17,7 +17,7 @@
  * attention placed there) the device norms the token's input for the CPU and merges there.
  *
  * smallthinker routes from the layer's input, before attention: blocks.c keeps those logits in
- * moe_probs and pi_moe_route takes them. Its attention is never placed on the device (device/
+ * moe.probs and pi_moe_route takes them. Its attention is never placed on the device (device/
  * place.c; the planner spends no budget on it), so that the CPU has the layer's input: its
  * stream stays on the host and the split is never resident. Its ReGLU runs skip dead neurons
  * (pi_expert_run) on both sides alike.
@@ -61,7 +61,7 @@ typedef struct pi_expert_split {
 } pi_expert_split;
 
 /* The split of the plan exp_hot ([n_layer][n_expert][runs], copied) with its scratch, in
- * c->xsplit. PI_ERR_UNSUPPORTED where the runs' columns of down are not whole blocks. */
+ * c->moe.split. PI_ERR_UNSUPPORTED where the runs' columns of down are not whole blocks. */
 int pi_expert_split_new(pi_context *c, const uint8_t *exp_hot);
 void pi_expert_split_free(pi_context *c);
 

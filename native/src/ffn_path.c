@@ -9,25 +9,25 @@
  * predictors, no activation capture, and no adapter on its FFN (they know the base model only) */
 static int sparse(const pi_context *c, int il, int batch) {
     const pi_layer *L = &c->model->layers[il];
-    if (!L->fc1.data || !L->ffn_down_t.data || c->capture_act) return 0;
-    if (c->adapter && c->adapter->ffn_adapted[il]) return 0;
+    if (!L->fc1.data || !L->ffn_down_t.data || c->cap.act) return 0;
+    if (c->lora.adapter && c->lora.adapter->ffn_adapted[il]) return 0;
     return c->params.sparse == PI_SPARSE_ALL || (c->params.sparse == PI_SPARSE_DECODE && !batch);
 }
 
 /* the CPU's block; a batch's MoE reads each routed expert once for all its tokens instead of splitting */
 static pi_ffn_path block_path(const pi_context *c, int il, int batch) {
     if (sparse(c, il, batch)) return PI_FFN_SPARSE;
-    if (c->model->layers[il].ffn_gate_inp.data) return !batch && c->xsplit ? PI_FFN_MOE_SPLIT : PI_FFN_MOE;
+    if (c->model->layers[il].ffn_gate_inp.data) return !batch && c->moe.split ? PI_FFN_MOE_SPLIT : PI_FFN_MOE;
     return PI_FFN_DENSE;
 }
 
 /* where the step runs: a layer's attention placed on the device leaves the stream there for its FFN */
 static pi_ffn_path step_path(const pi_context *c, int il, int batch, pi_ffn_path block) {
     if (c->model->parallel) return PI_FFN_IN_ATTENTION;
-    if (c->on_device && c->on_device[il].ffn) return PI_FFN_DEVICE;
-    const int resident = c->on_device && c->on_device[il].attention;
-    if (resident && c->hot_runs && block == PI_FFN_SPARSE) return PI_FFN_SPARSE_RESIDENT;
-    if (resident && c->xsplit && !batch && c->model->layers[il].ffn_gate_inp.data) return PI_FFN_MOE_SPLIT_RESIDENT;
+    if (c->dev.on_device && c->dev.on_device[il].ffn) return PI_FFN_DEVICE;
+    const int resident = c->dev.on_device && c->dev.on_device[il].attention;
+    if (resident && c->sparse.hot_runs && block == PI_FFN_SPARSE) return PI_FFN_SPARSE_RESIDENT;
+    if (resident && c->moe.split && !batch && c->model->layers[il].ffn_gate_inp.data) return PI_FFN_MOE_SPLIT_RESIDENT;
     return block;
 }
 

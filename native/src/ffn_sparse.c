@@ -50,9 +50,10 @@ static void hidden_worker(void *arg, int ith, int nth) {
 pi_act pi_ffn_hidden(const ffn_job *job, const ffn_rows *w, int slot, int n_threads) {
     pi_context *c = job->c;
     const int rank = (int)w->fc1.n_out;
-    float *h = c->pred_h + (size_t)slot * c->rank_stride;
-    const pi_act_store hq = { c->pred_hq.q + (size_t)slot * (c->rank_stride / QK),
-                              c->pred_hq.k ? c->pred_hq.k + (size_t)slot * (c->rank_stride / QK_K) : NULL };
+    float *h = c->sparse.pred_h + (size_t)slot * c->sparse.rank_stride;
+    const pi_act_store hq = { c->sparse.pred_hq.q + (size_t)slot * (c->sparse.rank_stride / QK),
+                              c->sparse.pred_hq.k ? c->sparse.pred_hq.k + (size_t)slot * (c->sparse.rank_stride / QK_K)
+                                                  : NULL };
     hidden_task task = { &c->kern, w->fc1, job->x, h };
     if (n_threads > 1) pi_threadpool_run(c->pool, hidden_worker, &task, n_threads);
     else hidden_worker(&task, 0, 1);
@@ -104,8 +105,8 @@ static int gate_and_up(const ffn_job *job, const ffn_rows *w, int32_t *pos, int3
                 pg += g[j] > 0.0f;
                 pu += u[j] > 0.0f;
             }
-            atomic_fetch_add_explicit(&job->c->probe_gate, pg, memory_order_relaxed);
-            atomic_fetch_add_explicit(&job->c->probe_up, pu, memory_order_relaxed);
+            atomic_fetch_add_explicit(&job->c->sparse.probe_gate, pg, memory_order_relaxed);
+            atomic_fetch_add_explicit(&job->c->sparse.probe_up, pu, memory_order_relaxed);
         }
         return n;
     }
@@ -126,12 +127,13 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
     const int d = c->model->info.n_embd, n_ff = c->model->info.n_ff;
     const int p0 = r * PI_FFN_RUN, nr = n_ff - p0 < runs * PI_FFN_RUN ? n_ff - p0 : runs * PI_FFN_RUN;
     for (int i = 1; i < runs; i++) { /* the unit's sum is in slot r */
-        c->run_rows[r + i] = 0;
-        c->run_bytes[r + i] = 0;
+        c->sparse.run_rows[r + i] = 0;
+        c->sparse.run_bytes[r + i] = 0;
     }
     /* this run's slices of the scratch, by position */
-    float *logit = c->pred_out + p0, *g = c->gate + p0, *u = c->up + p0, *acc = c->run_acc + (size_t)r * d;
-    int32_t *pos = c->active + p0, *rows = c->active_rows + p0;
+    float *logit = c->sparse.pred_out + p0, *g = c->s.gate + p0, *u = c->s.up + p0;
+    float *acc = c->sparse.run_acc + (size_t)r * d;
+    int32_t *pos = c->sparse.active + p0, *rows = c->sparse.active_rows + p0;
 
     k->matmul[w->fc2.type](w->fc2.data, w->fc2.row_bytes, w->rows ? w->rows + p0 : NULL, p0, nr, hq, 1, logit, nr);
     int n = 0;
@@ -140,18 +142,18 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
             pos[n] = p0 + i;
             rows[n++] = row_of(w, p0 + i);
         }
-    c->run_rows[r] = n;
-    c->run_bytes[r] = 0;
+    c->sparse.run_rows[r] = n;
+    c->sparse.run_bytes[r] = 0;
     if (n == 0) return 0;
     int kept = n;
     if (w->gate.data) {
-        kept = gate_and_up(job, w, pos, rows, n, g, u, &c->run_bytes[r]);
+        kept = gate_and_up(job, w, pos, rows, n, g, u, &c->sparse.run_bytes[r]);
     } else { /* no gate (opt, falcon): act(up x) */
         prefetch_rows(&w->up, rows, n);
         prefetch_rows(&w->down_t, rows, n);
         k->matmul[w->up.type](w->up.data, w->up.row_bytes, rows, 0, n, job->x, 1, g, n);
         add_bias_rows(g, job->L->ffn_up_b, job->layout, pos, n);
-        c->run_bytes[r] = (int64_t)n * (int64_t)w->up.row_bytes;
+        c->sparse.run_bytes[r] = (int64_t)n * (int64_t)w->up.row_bytes;
     }
     memset(acc, 0, (size_t)d * sizeof(float));
     if (kept == 0) return n;
@@ -160,7 +162,7 @@ int pi_ffn_run(const ffn_job *job, const ffn_rows *w, pi_act hq, int r, int runs
     k->axpy_rows[w->down_t.type](w->down_t.data, w->down_t.row_bytes, rows, g, kept, acc, d);
     int read = 0;
     for (int j = 0; j < kept; j++) read += g[j] != 0.0f;
-    c->run_bytes[r] += (int64_t)read * (int64_t)w->down_t.row_bytes;
+    c->sparse.run_bytes[r] += (int64_t)read * (int64_t)w->down_t.row_bytes;
     return n;
 }
 
@@ -189,7 +191,7 @@ static void cpu_begin(pi_context *c, pi_split *s) {
 }
 
 /* the device of the split, when the context has one (a device may hold whole layers only) */
-static pi_device *split_device(const pi_context *c) { return c->hot_runs ? c->device : NULL; }
+static pi_device *split_device(const pi_context *c) { return c->sparse.hot_runs ? c->dev.device : NULL; }
 
 enum { PROBE_EVERY = 32 }; /* a relu(gate) * relu(up) layer re-measures its factors this often */
 
@@ -201,21 +203,22 @@ static void choose_first(pi_context *c, int layer, ffn_job *job) {
     switch (c->model->info.ffn_act) {
     case PI_ACT_RELU_GLU: job->first = PI_FFN_FIRST_GATE; break;
     case PI_ACT_RELU_RELU_GLU:
-        job->first = c->ffn_first[layer];
-        job->probe = c->ffn_tokens[layer]++ % PROBE_EVERY == 0;
+        job->first = c->sparse.ffn_first[layer];
+        job->probe = c->sparse.ffn_tokens[layer]++ % PROBE_EVERY == 0;
         break;
     default: job->first = PI_FFN_FIRST_BOTH;
     }
     if (job->probe) {
-        atomic_store(&c->probe_gate, 0);
-        atomic_store(&c->probe_up, 0);
+        atomic_store(&c->sparse.probe_gate, 0);
+        atomic_store(&c->sparse.probe_up, 0);
     }
 }
 
 /* after a probe token: the factor positive less often goes first */
 static void probed(pi_context *c, int layer, const ffn_job *job) {
     if (job->probe)
-        c->ffn_first[layer] = atomic_load(&c->probe_up) < atomic_load(&c->probe_gate) ? PI_FFN_FIRST_UP : PI_FFN_FIRST_GATE;
+        c->sparse.ffn_first[layer] =
+            atomic_load(&c->sparse.probe_up) < atomic_load(&c->sparse.probe_gate) ? PI_FFN_FIRST_UP : PI_FFN_FIRST_GATE;
 }
 
 /* one token's job for layer `layer`, its result into y: the split's device takes runs
@@ -224,8 +227,8 @@ static void job_for(pi_context *c, int layer, int t, pi_act x, float *y, int res
     const pi_layer *L = &c->model->layers[layer];
     const int n_ff = c->model->info.n_ff;
     *job = (ffn_job){ .c = c, .L = L, .x = x, .threshold = L->threshold + c->params.sparse_threshold_shift,
-                      .layout = c->layout ? c->layout + (size_t)layer * n_ff : NULL,
-                      .hot_runs = c->hot_runs ? c->hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
+                      .layout = c->sparse.layout ? c->sparse.layout + (size_t)layer * n_ff : NULL,
+                      .hot_runs = c->sparse.hot_runs ? c->sparse.hot_runs[layer] : 0, .n_runs = (n_ff + PI_FFN_RUN - 1) / PI_FFN_RUN };
     job->cpu = (ffn_rows){ L->fc1, L->fc2, L->ffn_gate, L->ffn_up, L->ffn_down_t, job->layout };
     /* groups of cold runs: at most 4, and at least 6 units (for balance), then the last group's
      * worth singly; from the model and the split alone, so the sums do not depend on the thread
@@ -239,8 +242,9 @@ static void job_for(pi_context *c, int layer, int t, pi_act x, float *y, int res
     choose_first(c, layer, job);
     pi_split *s = &job->split;
     *s = (pi_split){ .kind = PI_SPLIT_NEURONS, .work = job, .layer = layer, .t = t, .x = x, .resident = resident,
-                     .device = dev, .n_groups = 1, .runs = job->n_runs, .acc = c->run_acc, .rows = c->run_rows,
-                     .bytes = c->run_bytes, .hot = NULL, .hot_runs = job->hot_runs, .cold = y, .weight = NULL, .y = y,
+                     .device = dev, .n_groups = 1, .runs = job->n_runs, .acc = c->sparse.run_acc,
+                     .rows = c->sparse.run_rows, .bytes = c->sparse.run_bytes, .hot = NULL, .hot_runs = job->hot_runs,
+                     .cold = y, .weight = NULL, .y = y,
                      .n_cpu = job->singles + job->n_groups + job->tail, .n_dev = dev ? job->hot_runs : 0,
                      .cpu_begin = cpu_begin, .cpu_unit = cpu_unit };
     atomic_init(&s->next, 0);
@@ -248,7 +252,7 @@ static void job_for(pi_context *c, int layer, int t, pi_act x, float *y, int res
 
 int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
     ffn_job job;
-    job_for(c, layer, t, x, c->delta + (size_t)t * c->model->info.n_embd, 0, &job);
+    job_for(c, layer, t, x, c->s.delta + (size_t)t * c->model->info.n_embd, 0, &job);
     c->step_bytes += (int64_t)pi_predictor_bytes(job.L);
     const int rc = pi_split_run(c, &job.split);
     if (rc) return rc;
@@ -258,13 +262,13 @@ int pi_ffn_sparse(pi_context *c, int layer, int t, pi_act x) {
 
 int pi_ffn_sparse_resident(pi_context *c, int layer, int n) {
     const int d = c->model->info.n_embd;
-    pi_device *dev = c->device;
+    pi_device *dev = c->dev.device;
     for (int t = 0; t < n; t++) {
-        float *xn = c->xn + (size_t)t * d;
+        float *xn = c->s.xn + (size_t)t * d;
         int rc = dev->ops->split_norm(dev, layer, t, xn);
         if (rc) return rc;
         ffn_job job;
-        job_for(c, layer, t, pi_quantize(&c->kern, xn, c->xq, 1, d), c->delta + (size_t)t * d, 1, &job);
+        job_for(c, layer, t, pi_quantize(&c->kern, xn, c->s.xq, 1, d), c->s.delta + (size_t)t * d, 1, &job);
         c->step_bytes += (int64_t)pi_predictor_bytes(job.L);
         if ((rc = pi_split_run(c, &job.split))) return rc;
         probed(c, layer, &job);

@@ -27,7 +27,7 @@ static void final_softcap(pi_context *c, int n, pi_outputs out) {
 static int attention_step(pi_context *c, int il, int n) {
     c->step_bytes += (int64_t)n * (int64_t)pi_attention_bytes(&c->model->layers[il]);
     /* a device holds one sequence (pi_context_new): the step's positions are tok_pos[0].. */
-    if (c->on_device && c->on_device[il].attention) return pi_device_attention(c, il, n, c->tok_pos[0]);
+    if (c->dev.on_device && c->dev.on_device[il].attention) return pi_device_attention(c, il, n, c->s.tok_pos[0]);
     const int rc = pi_x_to_host(c, n);
     return rc ? rc : pi_attention_block(c, il, n);
 }
@@ -49,7 +49,7 @@ static int ffn_step(pi_context *c, int il, int n) {
 
 static int logits_step(pi_context *c, int n, pi_outputs out) {
     c->step_bytes += (int64_t)(n - out.first) * (int64_t)pi_weight_bytes(&c->model->output);
-    if (c->logits_on_device) return pi_device_logits(c, n, out);
+    if (c->dev.logits_on_device) return pi_device_logits(c, n, out);
     const int rc = pi_x_to_host(c, n);
     return rc ? rc : pi_logits_block(c, n, out);
 }
@@ -59,25 +59,25 @@ static int logits_step(pi_context *c, int n, pi_outputs out) {
 static pi_outputs gather_picked(pi_context *c, pi_outputs out) {
     const size_t d = (size_t)c->model->info.n_embd;
     for (int i = 0; i < out.n_pick; i++)
-        if (out.pick[i] != i) memcpy(c->x + i * d, c->x + (size_t)out.pick[i] * d, d * sizeof(float));
+        if (out.pick[i] != i) memcpy(c->s.x + i * d, c->s.x + (size_t)out.pick[i] * d, d * sizeof(float));
     return (pi_outputs){ 0, out.rows, NULL, 0 };
 }
 
 /* ---- the forward pass ---- */
 
 void pi_step_positions(pi_context *c) {
-    for (int i = 0; i < c->n_segs; i++) {
-        const pi_segment *s = &c->segs[i];
+    for (int i = 0; i < c->s.n_segs; i++) {
+        const pi_segment *s = &c->s.segs[i];
         for (int t = 0; t < s->n; t++) {
-            c->tok_pos[s->first + t] = s->pos0 + t;
-            c->tok_row0[s->first + t] = (int32_t)((uint32_t)s->seq * c->seq_ctx);
+            c->s.tok_pos[s->first + t] = s->pos0 + t;
+            c->s.tok_row0[s->first + t] = (int32_t)((uint32_t)s->seq * c->kv.seq_ctx);
         }
     }
 }
 
 void pi_one_segment(pi_context *c, int n, int pos0) {
-    c->segs[0] = (pi_segment){ 0, n, 0, pos0 };
-    c->n_segs = 1;
+    c->s.segs[0] = (pi_segment){ 0, n, 0, pos0 };
+    c->s.n_segs = 1;
 }
 
 /* The FFN rows a dense step computes for a token: each layer's n_ff, or an MoE layer's routed
@@ -97,12 +97,12 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
 
     /* x[t] = token_embd[tokens[t]], on the host */
     pi_token_rows(c, tokens, n);
-    c->x_on_device = 0;
+    c->dev.x_on_device = 0;
     c->step_bytes = (int64_t)n * (int64_t)m->token_embd.row_bytes;
     const int64_t rows_before = c->stats.ffn_rows_done;
-    if (c->adapter) pi_lora_embed(c, tokens, n);
+    if (c->lora.adapter) pi_lora_embed(c, tokens, n);
     if (m->embd_scale != 1.0f)
-        for (size_t i = 0; i < (size_t)n * d; i++) c->x[i] *= m->embd_scale;
+        for (size_t i = 0; i < (size_t)n * d; i++) c->s.x[i] *= m->embd_scale;
     pi_step_positions(c);
     if (m->position_embd.data) pi_add_positions(c, n);
     pi_rope_table(c, n);
@@ -112,9 +112,9 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
         if ((rc = attention_step(c, il, n)) || (rc = ffn_step(c, il, n))) return rc;
 
     /* embeddings: every position's final normed hidden state (one sequence) */
-    if (c->embd) {
+    if (c->s.embd) {
         if ((rc = pi_x_to_host(c, n))) return rc;
-        pi_norm(c, c->x, m->output_norm, m->output_norm_b, c->embd + (size_t)c->tok_pos[0] * d, n);
+        pi_norm(c, c->s.x, m->output_norm, m->output_norm_b, c->s.embd + (size_t)c->s.tok_pos[0] * d, n);
     }
     int n_out = n; /* the tokens the logits step sees */
     if (out.pick) {
@@ -126,7 +126,7 @@ int pi_forward(pi_context *c, const int32_t *tokens, int n, pi_outputs out) {
         if ((rc = logits_step(c, n_out, out))) return rc;
         if (m->final_softcap > 0.0f) final_softcap(c, n_out, out);
     }
-    for (int i = 0; i < c->n_segs; i++) c->seq_len[c->segs[i].seq] = c->segs[i].pos0 + c->segs[i].n;
+    for (int i = 0; i < c->s.n_segs; i++) c->kv.seq_len[c->s.segs[i].seq] = c->s.segs[i].pos0 + c->s.segs[i].n;
     c->stats.tokens += n;
     const int64_t rows_dense = dense_ffn_rows(m);
     c->stats.ffn_rows_dense += (int64_t)n * rows_dense;

@@ -4,7 +4,7 @@
 #define PI_FORWARD_H
 #include "context.h"
 
-/* Run the transformer on tokens[0..n) (n <= n_batch), c->segs[0 .. c->n_segs) saying which
+/* Run the transformer on tokens[0..n) (n <= n_batch), c->s.segs[0 .. c->s.n_segs) saying which
  * sequence and positions each is, appending their keys and values to the cache (each sequence
  * then holds its segment's end) and writing the logits that `out` asks for. */
 int pi_forward(pi_context *ctx, const int32_t *tokens, int n, pi_outputs out);

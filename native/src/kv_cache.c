@@ -88,14 +88,14 @@ static void store_rows(const pi_context *c, int32_t type, const float *x, uint8_
 
 void pi_kv_store(pi_context *c, int il, int n) {
     const size_t kv_dim = (size_t)c->model->info.n_head_kv * c->model->head_dim;
-    rotate(c->k, (size_t)n * kv_dim, rotation(c, c->params.type_k, 1)); /* c->k and c->v are not read again */
-    rotate(c->v, (size_t)n * kv_dim, rotation(c, c->params.type_v, 0));
-    for (int i = 0; i < c->n_segs; i++) { /* a segment's rows are contiguous */
-        const pi_segment *s = &c->segs[i];
-        const size_t row = (size_t)il * c->n_ctx + (size_t)s->seq * c->seq_ctx + (size_t)s->pos0;
+    rotate(c->s.k, (size_t)n * kv_dim, rotation(c, c->params.type_k, 1)); /* c->s.k and c->s.v are not read again */
+    rotate(c->s.v, (size_t)n * kv_dim, rotation(c, c->params.type_v, 0));
+    for (int i = 0; i < c->s.n_segs; i++) { /* a segment's rows are contiguous */
+        const pi_segment *s = &c->s.segs[i];
+        const size_t row = (size_t)il * c->n_ctx + (size_t)s->seq * c->kv.seq_ctx + (size_t)s->pos0;
         const size_t at = (size_t)s->first * kv_dim, count = (size_t)s->n * kv_dim;
-        store_rows(c, c->params.type_k, c->k + at, c->k_cache + row * c->k_row, count);
-        store_rows(c, c->params.type_v, c->v + at, c->v_cache + row * c->v_row, count);
+        store_rows(c, c->params.type_k, c->s.k + at, c->kv.k_cache + row * c->kv.k_row, count);
+        store_rows(c, c->params.type_v, c->s.v + at, c->kv.v_cache + row * c->kv.v_row, count);
     }
 }
 
@@ -103,15 +103,15 @@ void pi_kv_prepare_q(pi_context *c, int n) {
     const size_t q_dim = (size_t)c->model->info.n_head * c->model->head_dim;
     if (c->params.type_k == PI_TYPE_F16) {
         /* llama.cpp multiplies q with f16 keys in f16: rounded (times one, exact) as the vector ops round */
-        c->vec.probs_f16(c->q, 1.0f, (int)((size_t)n * q_dim));
+        c->vec.probs_f16(c->s.q, 1.0f, (int)((size_t)n * q_dim));
         return;
     }
-    rotate(c->q, (size_t)n * q_dim, rotation(c, c->params.type_k, 1)); /* as the keys */
+    rotate(c->s.q, (size_t)n * q_dim, rotation(c, c->params.type_k, 1)); /* as the keys */
     /* q8_0 blocks in the activation block layout, so the weight kernels take them: d exactly the
      * f16 scale, and s = d * sum(qs) for q4_0's offset of 8 */
     for (size_t b = 0; b < (size_t)n * q_dim / QK; b++) {
-        block_q8x *y = &c->xq.q[b];
-        y->d = pi_fp16_to_f32(q8_0_block(c->q + b * QK, y->qs));
+        block_q8x *y = &c->s.xq.q[b];
+        y->d = pi_fp16_to_f32(q8_0_block(c->s.q + b * QK, y->qs));
         int sum = 0;
         for (int j = 0; j < QK; j++) sum += y->qs[j];
         y->s = y->d * (float)sum;
@@ -122,11 +122,11 @@ void pi_kv_scores(const pi_context *c, int t, int h, const uint8_t *k, int n, fl
     const int hd = c->model->head_dim;
     const size_t at = (size_t)t * c->model->info.n_head + (size_t)h; /* the head's q among the step's */
     if (c->params.type_k == PI_TYPE_F16) {
-        c->vec.scores_f16(c->q + at * hd, (const pi_fp16 *)k, c->k_row / sizeof(pi_fp16), n, hd, scale, out);
+        c->vec.scores_f16(c->s.q + at * hd, (const pi_fp16 *)k, c->kv.k_row / sizeof(pi_fp16), n, hd, scale, out);
         return;
     }
-    const pi_act q = { c->q + at * hd, c->xq.q + at * (size_t)(hd / QK), NULL, hd };
-    c->kern.matmul[c->params.type_k](k, c->k_row, NULL, 0, n, q, 1, out, n);
+    const pi_act q = { c->s.q + at * hd, c->s.xq.q + at * (size_t)(hd / QK), NULL, hd };
+    c->kern.matmul[c->params.type_k](k, c->kv.k_row, NULL, 0, n, q, 1, out, n);
     for (int p = 0; p < n; p++) out[p] *= scale;
 }
 
@@ -135,15 +135,15 @@ void pi_kv_mix(const pi_context *c, float *e, float inv_sum, const uint8_t *v, i
     if (c->params.type_v == PI_TYPE_F16) {
         /* probabilities rounded to f16 as llama.cpp's f16 KQ·V product does */
         c->vec.probs_f16(e, inv_sum, n);
-        c->vec.mix_f16(e, (const pi_fp16 *)v, c->v_row / sizeof(pi_fp16), n, hd, out);
+        c->vec.mix_f16(e, (const pi_fp16 *)v, c->kv.v_row / sizeof(pi_fp16), n, hd, out);
         return;
     }
     /* flash attention's order: the exponentials' weighted sum, scaled by 1 / sum at the end */
     if (c->params.type_v == PI_TYPE_Q8_0) {
-        c->vec.mix_q8_0(e, v, c->v_row, n, hd, out);
+        c->vec.mix_q8_0(e, v, c->kv.v_row, n, hd, out);
     } else {
         memset(out, 0, (size_t)hd * sizeof(float));
-        c->kern.axpy_rows[c->params.type_v](v, c->v_row, NULL, e, n, out, hd);
+        c->kern.axpy_rows[c->params.type_v](v, c->kv.v_row, NULL, e, n, out, hd);
     }
     for (int i = 0; i < hd; i++) out[i] *= inv_sum;
     rotate(out, (size_t)hd, rotation(c, c->params.type_v, 0)); /* back from the values' rotation */

@@ -174,40 +174,40 @@ PI_API void pi_adapter_free(pi_adapter *ad) {
 
 PI_API int pi_adapter_n_pairs(const pi_adapter *ad) { return ad ? ad->n_pairs : 0; }
 
-static void release_scratch(pi_context *c) {
-    free(c->lora_mid);
-    free(c->lora_out);
-    free(c->lora_midq.q);
-    c->lora_mid = c->lora_out = NULL;
-    c->lora_midq.q = NULL;
+static void release_scratch(pi_lora_state *l) {
+    free(l->mid);
+    free(l->out);
+    free(l->midq.q);
+    l->mid = l->out = NULL;
+    l->midq.q = NULL;
 }
 
-void pi_lora_detach(pi_context *c) {
-    release_scratch(c);
-    c->adapter = NULL;
+void pi_lora_detach(pi_lora_state *l) {
+    release_scratch(l);
+    l->adapter = NULL;
 }
 
 /* The scratch is sized for the adapter once here, so a step allocates nothing. */
 int pi_lora_attach(pi_context *c, const pi_adapter *ad, float scale) {
     if (!ad) {
-        pi_lora_detach(c);
+        pi_lora_detach(&c->lora);
         return PI_OK;
     }
     if (ad->model != c->model) return pi_set_error(PI_ERR_ARG, "the adapter was loaded for another model");
     if (!isfinite(scale)) return pi_set_error(PI_ERR_ARG, "LoRA scale %g is not finite", scale);
-    if (c->device)
+    if (c->dev.device)
         return pi_set_error(PI_ERR_UNSUPPORTED, "LoRA adapters run on the CPU only: this context places steps on a device "
                                                 "(layer offload or the hybrid split)");
-    release_scratch(c);
+    release_scratch(&c->lora);
     const size_t rows = c->n_batch; /* a step's tokens, or its positions with logits */
-    c->lora_mid = malloc(rows * (size_t)ad->max_rank * sizeof(float));
-    c->lora_out = malloc(rows * (size_t)ad->max_out * sizeof(float));
-    c->lora_midq.q = malloc(rows * ((size_t)ad->max_rank / QK + 1) * sizeof(block_q8x));
-    if (!c->lora_mid || !c->lora_out || !c->lora_midq.q) {
-        release_scratch(c);
+    c->lora.mid = malloc(rows * (size_t)ad->max_rank * sizeof(float));
+    c->lora.out = malloc(rows * (size_t)ad->max_out * sizeof(float));
+    c->lora.midq.q = malloc(rows * ((size_t)ad->max_rank / QK + 1) * sizeof(block_q8x));
+    if (!c->lora.mid || !c->lora.out || !c->lora.midq.q) {
+        release_scratch(&c->lora);
         return pi_set_error(PI_ERR_NOMEM, "no memory for the LoRA scratch of %lld outputs", (long long)ad->max_out);
     }
-    c->adapter = ad;
-    c->adapter_scale = scale;
+    c->lora.adapter = ad;
+    c->lora.scale = scale;
     return PI_OK;
 }

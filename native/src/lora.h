@@ -24,8 +24,9 @@ struct pi_adapter {
 };
 
 /* Drop the context's adapter and its scratch (pi_context_free). */
+struct pi_lora_state;
+void pi_lora_detach(struct pi_lora_state *l);
 struct pi_context;
-void pi_lora_detach(struct pi_context *c);
 /* Apply ad (NULL: none) to the context's matmuls at this scale, its scratch sized once here:
  * pi_context_set_adapter's work, which then chooses the FFN paths again (ffn_path.h). */
 int pi_lora_attach(struct pi_context *c, const pi_adapter *ad, float scale);

@@ -79,36 +79,36 @@ static void matmul_weights(pi_context *c, pi_act x, int nt, const pi_mm_target *
     pi_threadpool_run(c->pool, mm_worker, &t, nth);
 }
 
-/* Y[t] += s B mid[t] for the nt rows of rank in c->lora_mid: the second half of a pair's term */
+/* Y[t] += s B mid[t] for the nt rows of rank in c->lora.mid: the second half of a pair's term */
 static void lora_b_add(pi_context *c, const pi_lora_pair *p, int nt, float *Y) {
-    const pi_mm_target out = { &p->b, c->lora_out };
-    matmul_weights(c, pi_quantize(&c->kern, c->lora_mid, c->lora_midq, nt, (int)p->b.n_in), nt, &out, 1);
-    c->vec.axpy(pi_lora_pair_scale(c->adapter, p, c->adapter_scale), c->lora_out, Y, nt * (int)p->b.n_out);
+    const pi_mm_target out = { &p->b, c->lora.out };
+    matmul_weights(c, pi_quantize(&c->kern, c->lora.mid, c->lora.midq, nt, (int)p->b.n_in), nt, &out, 1);
+    c->vec.axpy(pi_lora_pair_scale(c->lora.adapter, p, c->lora.scale), c->lora.out, Y, nt * (int)p->b.n_out);
 }
 
 /* Y[t] += s B (A x[t]), in llama.cpp's order: A x, then B of it, scaled and added */
 static void lora_add(pi_context *c, const pi_lora_pair *p, pi_act x, int nt, float *Y) {
-    const pi_mm_target mid = { &p->a, c->lora_mid };
+    const pi_mm_target mid = { &p->a, c->lora.mid };
     matmul_weights(c, x, nt, &mid, 1);
     lora_b_add(c, p, nt, Y);
 }
 
 void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets) {
     matmul_weights(c, x, nt, targets, n_targets);
-    for (int i = 0; c->adapter && i < n_targets; i++) {
-        const pi_lora_pair *p = pi_lora_find(c->adapter, targets[i].w);
+    for (int i = 0; c->lora.adapter && i < n_targets; i++) {
+        const pi_lora_pair *p = pi_lora_find(c->lora.adapter, targets[i].w);
         if (p) lora_add(c, p, x, nt, targets[i].Y);
     }
 }
 
 /* x[t] += s B (row tokens[t] of A): the embedding's pair holds a row of rank per token */
 void pi_lora_embed(pi_context *c, const int32_t *tokens, int n) {
-    const pi_lora_pair *p = pi_lora_find(c->adapter, &c->model->token_embd);
+    const pi_lora_pair *p = pi_lora_find(c->lora.adapter, &c->model->token_embd);
     if (!p) return;
     const int rank = (int)p->a.n_in;
     for (int t = 0; t < n; t++)
-        c->kern.dequant[p->a.type](p->a.data + (size_t)tokens[t] * p->a.row_bytes, c->lora_mid + (size_t)t * rank, rank);
-    lora_b_add(c, p, n, c->x);
+        c->kern.dequant[p->a.type](p->a.data + (size_t)tokens[t] * p->a.row_bytes, c->lora.mid + (size_t)t * rank, rank);
+    lora_b_add(c, p, n, c->s.x);
 }
 
 /* ---- the token embedding ---- */
@@ -118,7 +118,7 @@ void pi_token_rows(const pi_context *c, const int32_t *tokens, int n) {
     const int d = (int)w->n_in;
     const pi_dequant_fn dequant = c->kern.dequant[w->type];
     for (int t = 0; t < n; t++) {
-        float *x = c->x + (size_t)t * d;
+        float *x = c->s.x + (size_t)t * d;
         if (!w->grouped) {
             dequant(w->data + (size_t)tokens[t] * w->row_bytes, x, d);
             continue;
@@ -203,8 +203,8 @@ void pi_rope_table(pi_context *c, int n) {
         const float step = powf(base, -2.0f / (float)m->info.n_rot), scale = k ? 1.0f : m->info.rope_freq_scale;
         const float *freqs = k ? NULL : m->rope_freqs;
         for (int t = 0; t < n; t++) {
-            float theta = (float)c->tok_pos[t];
-            float *cs = c->rope_cs + ((size_t)k * c->n_batch + t) * half * 2;
+            float theta = (float)c->s.tok_pos[t];
+            float *cs = c->s.rope_cs + ((size_t)k * c->n_batch + t) * half * 2;
             for (int i = 0; i < half; i++, theta *= step) {
                 const float angle = scale * (freqs ? theta / freqs[i] : theta);
                 cs[2 * i] = cosf(angle);
@@ -220,7 +220,7 @@ void pi_rope(const pi_context *c, float *x, int n_heads, int n, int local) {
     const int hd = c->model->head_dim, half = c->model->info.n_rot / 2;
     const int step = c->model->rope_neox ? 1 : 2, other = c->model->rope_neox ? half : 1;
     for (int t = 0; t < n; t++) {
-        const float *cs = c->rope_cs + ((size_t)local * c->n_batch + t) * half * 2;
+        const float *cs = c->s.rope_cs + ((size_t)local * c->n_batch + t) * half * 2;
         for (int h = 0; h < n_heads; h++) c->vec.rotate(x + ((size_t)t * n_heads + h) * hd, cs, half, step, other);
     }
 }
@@ -286,7 +286,7 @@ static void down_worker(void *arg, int ith, int nth) {
     down_task *t = arg;
     const pi_weight *w = t->w;
     const int d = (int)w->n_in;
-    float *acc = t->c->down_acc + (size_t)ith * d;
+    float *acc = t->c->sparse.down_acc + (size_t)ith * d;
     memset(acc, 0, (size_t)d * sizeof(float));
     for (int j0 = ith * DOWN_RUN; j0 < t->n; j0 += nth * DOWN_RUN) {
         const int j1 = j0 + DOWN_RUN < t->n ? j0 + DOWN_RUN : t->n;
@@ -301,7 +301,7 @@ void pi_down_by_rows(pi_context *c, const pi_weight *w, const float *a, int n, f
     const int nth = c->params.n_threads;
     pi_threadpool_run(c->pool, down_worker, &t, nth);
     const int d = (int)w->n_in;
-    memcpy(y, c->down_acc, (size_t)d * sizeof(float));
-    for (int i = 1; i < nth; i++) c->vec.axpy(1.0f, c->down_acc + (size_t)i * d, y, d);
+    memcpy(y, c->sparse.down_acc, (size_t)d * sizeof(float));
+    for (int i = 1; i < nth; i++) c->vec.axpy(1.0f, c->sparse.down_acc + (size_t)i * d, y, d);
 }
 

@@ -21,12 +21,12 @@ static inline pi_matmul_fn pi_weight_matmul(const pi_kernels *k, const pi_weight
 /* Y_i[t] = W_i x[t] for up to three weights that read the same input, on the thread pool, plus
  * the context's LoRA term where its adapter adapts W_i. */
 void pi_matmul(pi_context *c, pi_act x, int nt, const pi_mm_target *targets, int n_targets);
-/* c->x[t] = the token embedding's row tokens[t], for t < n (from its groups where it is grouped) */
+/* c->s.x[t] = the token embedding's row tokens[t], for t < n (from its groups where it is grouped) */
 void pi_token_rows(const pi_context *c, const int32_t *tokens, int n);
 /* x[t] += the adapter's embedding term for tokens[t], where it adapts token_embd */
 void pi_lora_embed(pi_context *c, const int32_t *tokens, int n);
 /* out[t][head] = softmax(q k^T / sqrt(hd)) v over layer il's cached positions 0..tok_pos[t] of
- * each token's sequence (c->q, the caches), on the thread pool. */
+ * each token's sequence (c->s.q, the caches), on the thread pool. */
 void pi_attention(pi_context *c, int il, int n, float *out);
 /* y = sum_j a[j] * row j of a weight stored one neuron per row (ffn_down_t), on the thread pool;
  * each thread a fixed share, so the sum is the same from run to run. */

@@ -180,7 +180,7 @@ static int upload_layers(cuda_device *dev, const pi_device_share *share) {
     pi_cuda_shape shape = {
         .n_embd = h->n_embd, .n_head = h->n_head, .n_head_kv = h->n_head_kv, .head_dim = m->head_dim,
         .n_ff = h->n_ff, .n_rot = h->n_rot, .n_ctx = (int32_t)c->n_ctx, .n_batch = (int32_t)c->n_batch,
-        .act = h->ffn_act, .norm_eps = h->norm_eps, .inv_freq = c->inv_freq,
+        .act = h->ffn_act, .norm_eps = h->norm_eps, .inv_freq = c->s.inv_freq,
     };
 #define COPY(type, name) shape.name = m->name;
     PI_BLOCK_TRAITS(COPY)
@@ -215,7 +215,7 @@ static int upload_hot_rows(cuda_device *dev) {
     for (int il = 0; !rc && il < n_layer; il++) {
         const ffn_rows *w = &copy.layers[il];
         pi_cuda_layer *L = &layers[il];
-        const int32_t *layout = c->layout + (size_t)il * n_ff;
+        const int32_t *layout = c->sparse.layout + (size_t)il * n_ff;
         L->n_hot = copy.n_hot[il];
         if (!L->n_hot) continue;
         L->fc1 = view(&w->fc1);
@@ -247,7 +247,7 @@ int pi_device_cuda_new(pi_context *c, const pi_device_share *share, pi_device **
     dev->base.ops = &cuda_ops;
     dev->c = c;
     int rc = upload_layers(dev, share);
-    if (!rc && c->hot_runs) rc = upload_hot_rows(dev);
+    if (!rc && c->sparse.hot_runs) rc = upload_hot_rows(dev);
     if (rc) {
         cuda_free(&dev->base);
         return rc;

@@ -45,7 +45,7 @@ struct pi_device {
 
 /* What a device is given: layers first_whole.. whole, the attention of each layer where
  * attention[il], the output matrix with output, and the hot rows of the context's split
- * (c->hot_runs, c->layout), or the hot expert runs (c->xsplit), when it has one. */
+ * (c->sparse.hot_runs, c->sparse.layout), or the hot expert runs (c->moe.split), when it has one. */
 typedef struct {
     int first_whole;
     const uint8_t *attention; /* [n_layer], or NULL */

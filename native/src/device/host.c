@@ -52,12 +52,12 @@ enum { STEP_ATTENTION, STEP_FFN, STEP_LOGITS };
 /* the host's copy of the stream is out of date meanwhile, and nothing reads it */
 static int on_copy(host_device *dev, int step, int il, int n, pi_outputs out) {
     pi_context *c = dev->c;
-    float *host = c->x;
-    c->x = dev->x;
+    float *host = c->s.x;
+    c->s.x = dev->x;
     const int rc = step == STEP_ATTENTION ? pi_attention_block(c, il, n)
                  : step == STEP_FFN       ? pi_ffn_block(c, il, n, (pi_ffn_path)pi_ffn_choice_of(c, il, n).block)
                                           : pi_logits_block(c, n, out);
-    c->x = host;
+    c->s.x = host;
     return rc;
 }
 
@@ -200,8 +200,8 @@ int pi_device_host_new(pi_context *c, const pi_device_share *share, pi_device **
     pthread_cond_init(&dev->cond, NULL);
     dev->x = malloc((size_t)c->n_batch * c->model->info.n_embd * sizeof(float));
     int rc = dev->x ? PI_OK : pi_set_error(PI_ERR_NOMEM, "no memory for the host device's stream");
-    if (!rc && (c->hot_runs || c->xsplit)) {
-        rc = c->hot_runs ? pi_hot_copy_new(c, &dev->copy) : pi_hot_experts_new(c, &dev->experts);
+    if (!rc && (c->sparse.hot_runs || c->moe.split)) {
+        rc = c->sparse.hot_runs ? pi_hot_copy_new(c, &dev->copy) : pi_hot_experts_new(c, &dev->experts);
         if (!rc && pthread_create(&dev->thread, NULL, hot_thread, dev) != 0)
             rc = pi_set_error(PI_ERR_NOMEM, "cannot start the host device's thread");
         dev->started = !rc;

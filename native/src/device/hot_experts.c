@@ -36,7 +36,7 @@ static size_t copy_run(pi_expert_run_rows *dst, const pi_expert_run_rows *src, u
 /* every hot run of the context's split, counted (out->memory NULL) or copied */
 static uint64_t each_hot_run(const pi_context *c, pi_hot_experts *out) {
     const pi_model *m = c->model;
-    const pi_expert_split *s = c->xsplit;
+    const pi_expert_split *s = c->moe.split;
     uint64_t used = 0;
     for (int il = 0; il < m->info.n_layer; il++)
         for (int e = 0; e < m->n_expert; e++)
@@ -51,7 +51,7 @@ static uint64_t each_hot_run(const pi_context *c, pi_hot_experts *out) {
 
 int pi_hot_experts_new(const pi_context *c, pi_hot_experts *out) {
     const pi_model *m = c->model;
-    const size_t n_runs = (size_t)m->info.n_layer * (size_t)m->n_expert * (size_t)c->xsplit->runs;
+    const size_t n_runs = (size_t)m->info.n_layer * (size_t)m->n_expert * (size_t)c->moe.split->runs;
     memset(out, 0, sizeof *out);
     out->runs = calloc(n_runs, sizeof *out->runs);
     if (!out->runs) return pi_set_error(PI_ERR_NOMEM, "no memory for the hot expert runs' table");

@@ -32,7 +32,7 @@ int pi_hot_copy_new(const pi_context *c, pi_hot_copy *out) {
     size_t bytes = 0;
     for (uint32_t il = 0; il < n_layer; il++) {
         const pi_layer *L = &m->layers[il];
-        const size_t n = hot_count(c->hot_runs[il], n_ff);
+        const size_t n = hot_count(c->sparse.hot_runs[il], n_ff);
         if (n) bytes += L->fc1.row_bytes * (size_t)L->fc1.n_out + n * (L->fc2.row_bytes + pi_neuron_bytes(L));
     }
     out->layers = calloc(n_layer, sizeof *out->layers);
@@ -45,9 +45,9 @@ int pi_hot_copy_new(const pi_context *c, pi_hot_copy *out) {
     uint8_t *at = out->memory;
     for (uint32_t il = 0; il < n_layer; il++) {
         const pi_layer *L = &m->layers[il];
-        const size_t n = hot_count(c->hot_runs[il], n_ff);
+        const size_t n = hot_count(c->sparse.hot_runs[il], n_ff);
         if (!n) continue;
-        const int32_t *layout = c->layout + (size_t)il * n_ff;
+        const int32_t *layout = c->sparse.layout + (size_t)il * n_ff;
         ffn_rows *w = &out->layers[il];
         const size_t fc1_bytes = L->fc1.row_bytes * (size_t)L->fc1.n_out;
         w->fc1 = L->fc1;

@@ -12,24 +12,24 @@
 /* The device the context asked for with the share, and the steps that then run on it. */
 static int start_device(pi_context *c, const pi_device_share *share) {
     const int n_layer = c->model->info.n_layer;
-    c->on_device = calloc((size_t)(n_layer > 0 ? n_layer : 1), sizeof *c->on_device);
-    if (!c->on_device) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
+    c->dev.on_device = calloc((size_t)(n_layer > 0 ? n_layer : 1), sizeof *c->dev.on_device);
+    if (!c->dev.on_device) return pi_set_error(PI_ERR_NOMEM, "no memory for the placement");
     int device_attention = 0;
     for (int il = 0; il < n_layer; il++) {
-        c->on_device[il].attention = il >= share->first_whole || (share->attention && share->attention[il]);
-        device_attention |= c->on_device[il].attention;
+        c->dev.on_device[il].attention = il >= share->first_whole || (share->attention && share->attention[il]);
+        device_attention |= c->dev.on_device[il].attention;
         /* a parallel block's FFN runs inside its attention step */
-        c->on_device[il].ffn = il >= share->first_whole && !c->model->parallel;
+        c->dev.on_device[il].ffn = il >= share->first_whole && !c->model->parallel;
     }
     /* the device's KV cache is f16: its attention would not be the one the quantized types ask for */
     if (device_attention && (c->params.type_k != PI_TYPE_F16 || c->params.type_v != PI_TYPE_F16))
         return pi_set_error(PI_ERR_UNSUPPORTED, "a KV cache of K %s, V %s runs attention on the CPU only, and the "
                             "device would take the attention of some layers: use f16, or no device",
                             pi_type_name((uint32_t)c->params.type_k), pi_type_name((uint32_t)c->params.type_v));
-    const int rc = c->params.device == PI_DEVICE_HOST ? pi_device_host_new(c, share, &c->device)
-                                                      : pi_device_cuda_new(c, share, &c->device);
+    const int rc = c->params.device == PI_DEVICE_HOST ? pi_device_host_new(c, share, &c->dev.device)
+                                                      : pi_device_cuda_new(c, share, &c->dev.device);
     if (rc) return rc;
-    c->logits_on_device = share->output;
+    c->dev.logits_on_device = share->output;
     return PI_OK;
 }
 
@@ -44,7 +44,7 @@ static int layer_offload(pi_context *c) {
             return pi_set_error(PI_ERR_UNSUPPORTED, "layer offload needs ffn_down or ffn_down_t (layer %d)", il);
     /* the output too when every layer is offloaded and more asked (llama.cpp's n_layer + 1),
      * unless the host needs the final hidden states for embeddings */
-    const pi_device_share share = { first, NULL, first == 0 && (asked < 0 || asked > n_layer) && !c->embd };
+    const pi_device_share share = { first, NULL, first == 0 && (asked < 0 || asked > n_layer) && !c->s.embd };
     return start_device(c, &share);
 }
 
@@ -67,9 +67,9 @@ static int lay_out(pi_context *c, const pi_layer_placement *plan, uint8_t *hot, 
     const pi_model *m = c->model;
     const int n_ff = m->info.n_ff;
     for (int il = 0; il < m->info.n_layer; il++) {
-        int32_t *layout = c->layout + (size_t)il * n_ff;
-        c->hot_runs[il] = (plan[il].n_hot + PI_FFN_RUN - 1) / PI_FFN_RUN;
-        *any |= c->hot_runs[il] > 0;
+        int32_t *layout = c->sparse.layout + (size_t)il * n_ff;
+        c->sparse.hot_runs[il] = (plan[il].n_hot + PI_FFN_RUN - 1) / PI_FFN_RUN;
+        *any |= c->sparse.hot_runs[il] > 0;
         const int rc = pi_neuron_order(m, il, layout); /* the order first, in the layout's place */
         if (rc) return rc;
         memset(hot, 0, (size_t)n_ff);
@@ -108,10 +108,10 @@ static int split(pi_context *c) {
     pi_layer_placement *plan = malloc((size_t)n_layer * sizeof *plan);
     uint8_t *hot = moe ? calloc(exp_runs, 1) : malloc((size_t)n_ff), *attention = calloc((size_t)n_layer, 1);
     if (!moe) {
-        c->hot_runs = calloc((size_t)n_layer, sizeof(int32_t));
-        c->layout = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
+        c->sparse.hot_runs = calloc((size_t)n_layer, sizeof(int32_t));
+        c->sparse.layout = malloc((size_t)n_layer * (size_t)n_ff * sizeof(int32_t));
     }
-    int rc = !plan || !hot || !attention || (!moe && (!c->hot_runs || !c->layout))
+    int rc = !plan || !hot || !attention || (!moe && (!c->sparse.hot_runs || !c->sparse.layout))
                  ? pi_set_error(PI_ERR_NOMEM, "no memory for the placement") : PI_OK;
     if (!rc) {
         pi_placement_totals totals;
@@ -119,7 +119,7 @@ static int split(pi_context *c) {
         int any = 0;
         if (moe) rc = split_experts(c, hot, &any);
         else rc = lay_out(c, plan, hot, &any);
-        pi_device_share share = { n_layer, attention, totals.output_on_device && !c->embd };
+        pi_device_share share = { n_layer, attention, totals.output_on_device && !c->s.embd };
         any |= share.output;
         for (int il = 0; il < n_layer; il++) any |= attention[il] = plan[il].fixed_on_device && !m->parallel && !m->router_on_input;
         if (!rc && any && c->params.device != PI_DEVICE_NONE) rc = start_device(c, &share);
@@ -139,12 +139,12 @@ int pi_place(pi_context *c) {
 }
 
 void pi_place_free(pi_context *c) {
-    if (c->device) c->device->ops->free(c->device);
-    c->device = NULL;
-    free(c->on_device);
-    free(c->hot_runs);
-    free(c->layout);
+    if (c->dev.device) c->dev.device->ops->free(c->dev.device);
+    c->dev.device = NULL;
+    free(c->dev.on_device);
+    free(c->sparse.hot_runs);
+    free(c->sparse.layout);
     pi_expert_split_free(c);
-    c->on_device = NULL;
-    c->hot_runs = c->layout = NULL;
+    c->dev.on_device = NULL;
+    c->sparse.hot_runs = c->sparse.layout = NULL;
 }

@@ -1,5 +1,5 @@
 /* router.h - where the residual stream lives. Each step of the forward pass runs where the
- * context placed it (context.h's on_device); these bring the stream of the step's n tokens to
+ * context placed it (its dev.on_device); these bring the stream of the step's n tokens to
  * that side first, so it crosses only when consecutive steps run on different sides. */
 #ifndef PI_ROUTER_H
 #define PI_ROUTER_H
