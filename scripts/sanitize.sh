@@ -28,7 +28,8 @@ sanitized build-asan "-DPI_CUDA=OFF" \
     tests/test_state.py tests/test_embeddings.py tests/test_reliability.py tests/test_kquants.py tests/test_offload.py \
     tests/test_device_traffic.py tests/test_lora.py tests/test_bert.py tests/test_batch.py tests/test_groups.py \
     tests/test_attention.py tests/test_kv_cache.py tests/test_gemma3.py tests/test_qwen3.py tests/test_expert_plan.py \
-    tests/test_smallthinker.py \
+    tests/test_smallthinker.py tests/test_smollm3.py tests/test_ffn_path.py \
     tests/test_expert_split.py \
     -k "not valgrind and not memory_flat" "$@"  # ASan keeps freed memory: RSS is not flat there
-sanitized build-asan-emu "-DPI_CUDA_EMULATOR=ON" tests/test_cuda.py tests/test_hybrid.py tests/test_device_traffic.py "$@"
+sanitized build-asan-emu "-DPI_CUDA_EMULATOR=ON" tests/test_cuda.py tests/test_hybrid.py tests/test_device_traffic.py \
+    tests/test_smollm3.py "$@"
