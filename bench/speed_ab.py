@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("-t", "--threads", type=int, default=2)
     args = p.parse_args(argv)
+    args.model = str(Path(args.model).resolve()) if args.model else ""  # the runs start in /
     sides = {"other": args.other.resolve(), "this": HERE}
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     for r in range(args.rounds):
